@@ -1,0 +1,57 @@
+"""Fixtures: one PostgreSQL per session (embedded unless TREG_TEST_DATABASE_URL), a database per test."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, AsyncIterator, Callable
+
+import pytest
+from aiohttp import web
+
+from treg import tenancy, testing
+from treg.app import create_app
+from treg.keys import SERVICES
+
+logging.getLogger("pgserver").setLevel(logging.WARNING)
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def pg_base() -> str:
+    base = testing.base_dsn()
+    testing.prepare_template(base)
+    return base
+
+
+@pytest.fixture
+def dsn(pg_base: str):
+    with testing.fresh_database(pg_base) as d:
+        yield d
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return testing.make_settings(tmp_path / "home")
+
+
+@pytest.fixture
+def make_app(dsn: str, settings) -> Callable[..., web.Application]:
+    def build(extra_plugins: tuple[Any, ...] = (), **overrides: Any) -> web.Application:
+        return create_app(settings.replace(**overrides) if overrides else settings, dsn=dsn,
+                          extra_plugins=extra_plugins)
+    return build
+
+
+@pytest.fixture
+async def client(aiohttp_client, make_app):
+    """A treg served on a real 127.0.0.1 socket (aiohttp's TestServer), with an aiohttp client."""
+    return await aiohttp_client(make_app())
+
+
+@pytest.fixture
+async def owner(client) -> dict[str, Any]:
+    """An org (slug ``acme``) and its owner; ``headers`` authenticate as the owner."""
+    svc = client.app[SERVICES]
+    org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
+    org["headers"] = {"X-Treg-Token": org["token"]}
+    return org

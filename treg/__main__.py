@@ -1,0 +1,3 @@
+from treg.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""The application factory: one aiohttp app, its resources in ``cleanup_ctx`` (no singletons).
+
+Order of startup: plugins (and the catalog they declare) are loaded and validated when the app is
+built, so a bad plugin stops treg before it listens; then the database (embedded or configured) is
+migrated and its pool opened; then the one shared upstream ``ClientSession``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator, Iterable
+
+import aiohttp
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from treg import plugins
+from treg.context import Services
+from treg.infra import crypto, migrate
+from treg.infra.database_url import resolve_dsn
+from treg.infra.db import Database
+from treg.infra.ssrf import SsrfPolicy
+from treg.keys import CLIENT, SERVICES, SETTINGS
+from treg.settings import Settings
+from treg.web import api
+from treg.web.middlewares import error_middleware
+
+log = logging.getLogger("treg")
+
+#: components set up after the core services exist, before the server listens: each is
+#: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
+COMPONENTS: tuple[Any, ...] = ()
+
+
+class AccessLogger(AbstractAccessLogger):
+    """Method, path (never the query string: callers put keys there), status, size, time."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        self.logger.info("%s %s %s %s %.1fms", request.method, request.rel_url.path, response.status,
+                         response.body_length, time * 1000)
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+
+def upstream_session(settings: Settings, resolver: aiohttp.abc.AbstractResolver | None = None) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=settings.upstream_pool_size, limit_per_host=0, resolver=resolver,
+                                     ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True,
+                                     keepalive_timeout=30)
+    timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_connect_timeout_s,
+                                    sock_read=settings.upstream_read_timeout_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                                 cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False, trust_env=False,
+                                 requote_redirect_url=False)
+
+
+def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
+    pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins)
+    injectors = plugins.collect_injectors(pm)
+    app = web.Application(middlewares=[error_middleware], client_max_size=1024 ** 3)
+    app[SETTINGS] = settings
+    box = crypto.load_box(settings)
+    state: dict[str, Any] = {"pm": pm, "injectors": injectors, "box": box}
+
+    async def database_ctx(app: web.Application) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        the_dsn = dsn or await loop.run_in_executor(None, resolve_dsn, settings)
+        await loop.run_in_executor(None, migrate.upgrade, the_dsn)
+        db = await Database(the_dsn, minsize=settings.db_pool_min, maxsize=settings.db_pool_max,
+                            timeout=settings.db_timeout_s).open()
+        state["db"] = db
+        yield
+        await db.close()
+
+    async def services_ctx(app: web.Application) -> AsyncIterator[None]:
+        svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors,
+                       ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
+        app[SERVICES] = svc
+        closers = []
+        for setup in COMPONENTS:
+            closer = await setup(app, svc)
+            if closer is not None:
+                closers.append(closer)
+        session = upstream_session(settings, svc.resolver)
+        svc.client = session
+        app[CLIENT] = session
+        yield
+        for closer in reversed(closers):
+            await closer()
+        await session.close()
+
+    app.cleanup_ctx.append(database_ctx)
+    app.cleanup_ctx.append(services_ctx)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_routes(api.routes)
+    return app

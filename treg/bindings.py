@@ -1,0 +1,81 @@
+"""Credential bindings and the injector interface (shared by core and plugins).
+
+A binding says where one credential goes: ``{location, name, format?, secret_id?, platform_setting?,
+secret_field?}``. An :class:`Injector` (registered by a plugin for its ``location``) validates bindings at
+registration time and writes the rendered value into the outgoing request at call time.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from multidict import CIMultiDict
+
+PLACEHOLDER = "secret"
+
+
+@dataclass(frozen=True)
+class Binding:
+    location: str
+    name: str
+    format: str = "{secret}"
+    secret_id: str | None = None
+    platform_setting: str | None = None
+    secret_field: str | None = None
+
+    @property
+    def is_literal(self) -> bool:
+        """A format without ``{secret}`` renders as a constant (a provider's protocol pin)."""
+        return not format_fields(self.format)
+
+    def render(self, value: str) -> str:
+        return self.format.replace("{{", "\0").replace("}}", "\1").replace("{secret}", value) \
+            .replace("\0", "{").replace("\1", "}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"location": self.location, "name": self.name, "format": self.format}
+        for key in ("secret_id", "platform_setting", "secret_field"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Binding":
+        return cls(location=data["location"], name=data["name"], format=data.get("format") or "{secret}",
+                   secret_id=data.get("secret_id"), platform_setting=data.get("platform_setting"),
+                   secret_field=data.get("secret_field"))
+
+
+def format_fields(fmt: str) -> list[str]:
+    """The placeholder names of a format (raises ValueError on a malformed one)."""
+    return [name for _, name, _, _ in string.Formatter().parse(fmt) if name is not None]
+
+
+@dataclass
+class OutgoingRequest:
+    """The mutable request an injector writes into, inside the relay stage only."""
+
+    headers: CIMultiDict[str]
+    #: raw query pairs as the caller sent them (percent-encoding, order, duplicates kept); value None: ``?flag``
+    query: list[tuple[str, str | None]]
+    json_body: dict[str, Any] | None = None
+    #: every value injected, so evidence redaction can mask it wherever it appears
+    injected_values: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class Injector(Protocol):
+    """Puts one credential into an outgoing request. One injector per binding ``location``."""
+
+    #: the binding ``location`` this injector serves (``header``, ``query``, ``json``, …)
+    location: str
+    #: True when the injector writes into the JSON body (the relay then buffers and reserializes it)
+    needs_json_body: bool
+
+    def validate(self, binding: Binding) -> None:
+        """Raise ``ValueError`` with a sentence for the caller when ``binding`` cannot work."""
+
+    def inject(self, request: OutgoingRequest, binding: Binding, value: str) -> None:
+        """Write the rendered ``value`` for ``binding`` into ``request`` (overwriting what the caller sent)."""

@@ -1,0 +1,200 @@
+"""The ``treg`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Any, Callable, Coroutine
+
+from treg import __version__
+from treg.errors import TregError
+from treg.settings import Settings, load
+
+
+def _print_json(obj: Any) -> None:
+    from treg.web.jsonio import dumps
+
+    print(dumps(obj))
+
+
+def _progress(label: str) -> Callable[[int, int], None]:
+    def show(done: int, total: int) -> None:
+        print(f"\r{label}: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    return show
+
+
+async def _with_services(settings: Settings, fn: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
+    """Run ``fn(services)`` with a migrated database and no HTTP server (operator commands)."""
+    from treg import plugins
+    from treg.context import Services
+    from treg.infra import crypto, migrate
+    from treg.infra.database_url import resolve_dsn
+    from treg.infra.db import Database
+    from treg.infra.ssrf import SsrfPolicy
+
+    loop = asyncio.get_running_loop()
+    dsn = await loop.run_in_executor(None, resolve_dsn, settings)
+    await loop.run_in_executor(None, migrate.upgrade, dsn)
+    pm = plugins.create_manager(settings.plugins_dir)
+    db = await Database(dsn, minsize=1, maxsize=2).open()
+    try:
+        svc = Services(settings=settings, db=db, box=crypto.load_box(settings), pm=pm,
+                       injectors=plugins.collect_injectors(pm),
+                       ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
+        return await fn(svc)
+    finally:
+        await db.close()
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from aiohttp import web
+
+    from treg.app import AccessLogger, create_app
+
+    host = args.host or settings.host
+    port = args.port or settings.port
+    app = create_app(settings)
+
+    async def run() -> None:
+        runner = web.AppRunner(app, access_log_class=AccessLogger, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, reuse_address=True)
+        await site.start()
+        logging.getLogger("treg").info("treg %s serving on http://%s:%s", __version__, host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        logging.getLogger("treg").info("shutting down")
+        await runner.cleanup()  # drains in-flight requests, then cleanup_ctx closes pools and flushes audit
+
+    asyncio.run(run())
+    return 0
+
+
+def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import tenancy
+
+    result = asyncio.run(_with_services(settings, lambda svc: tenancy.create_org(svc, slug=args.org, email=args.email)))
+    _print_json(result)
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    from treg.infra import migrate
+    from treg.infra.database_url import resolve_dsn
+
+    dsn = resolve_dsn(settings)
+    migrate.upgrade(dsn)
+    current, head = migrate.current_and_head(dsn)
+    _print_json({"revision": current, "head": head})
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import plugins
+
+    pm = plugins.create_manager(settings.plugins_dir)
+    injectors = plugins.collect_injectors(pm)
+    rows = [{"name": p.name, "source": p.source, "hooks": list(p.hooks)} for p in plugins.describe(pm)]
+    if args.json:
+        _print_json({"plugins": rows, "injectors": sorted(injectors)})
+    else:
+        for row in rows:
+            print(f"{row['name']:<28} {row['source']:<10} {', '.join(row['hooks'])}")
+        print(f"injector locations: {', '.join(sorted(injectors))}")
+    return 0
+
+
+def cmd_rotate_key(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import secrets_store
+    from treg.infra import crypto
+
+    old = crypto.load_box(settings)
+    new_text = args.new_key or crypto.new_key_text()
+    new_key = crypto.decode_key(new_text)
+    new_box = crypto.SecretBox(new_key, previous=(old.current, *old.previous))
+    moved = asyncio.run(_with_services(settings, lambda svc: secrets_store.rotate_key(
+        svc, new_box, progress=_progress("re-encrypting secrets"))))
+    if settings.secret_key is None:
+        # the key lives in $TREG_HOME: keep the old one as previous until every process restarted
+        path = crypto.key_file(settings)
+        prev = settings.home / "secret.key.previous"
+        with open(prev, "a") as fh:
+            os.chmod(prev, 0o600)
+            fh.write(path.read_text().strip() + "\n")
+        tmp = path.with_suffix(".new")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(new_text + "\n")
+        os.replace(tmp, path)
+        _print_json({"reencrypted": moved, "key_id": new_box.key_id, "key_file": str(path)})
+    else:
+        _print_json({"reencrypted": moved, "key_id": new_box.key_id,
+                     "note": "set TREG_SECRET_KEY to the new key printed on stderr on every treg process"})
+        print(new_text, file=sys.stderr)
+    return 0
+
+
+def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
+    from treg.settings import table
+
+    for env, kind, default, help_ in table():
+        print(f"{env:<34} {kind:<7} {default or '-':<22} {help_}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="treg", description="treg: a credential-injecting API gateway")
+    parser.add_argument("--version", action="version", version=f"treg {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the server (applies migrations first)")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+    p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("init", help="create an org and its owner; prints the owner's token once")
+    p.add_argument("--org", required=True)
+    p.add_argument("--email", required=True)
+    p.set_defaults(fn=cmd_init)
+
+    db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
+    p = db.add_parser("upgrade", help="apply alembic migrations")
+    p.set_defaults(fn=cmd_db_upgrade)
+
+    p = sub.add_parser("plugins", help="list loaded plugins and the hooks each implements")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_plugins)
+
+    sec = sub.add_parser("secrets", help="secrets at rest").add_subparsers(dest="secrets_command", required=True)
+    p = sec.add_parser("rotate-key", help="re-encrypt every secret under a new master key")
+    p.add_argument("--new-key", help="urlsafe base64 of 32 bytes (default: generate one)")
+    p.set_defaults(fn=cmd_rotate_key)
+
+    p = sub.add_parser("settings", help="print the settings table")
+    p.set_defaults(fn=cmd_settings)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load()
+        logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for noisy in ("pgserver", "alembic"):  # their INFO chatter buries treg's own lines
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+        return args.fn(args, settings)
+    except TregError as exc:
+        print(json.dumps({"error": exc.code, "detail": exc.detail, "blame": exc.blame}), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,61 @@
+"""Every hook a treg plugin may implement, grouped by the pipeline stage that calls it.
+
+Conventions (the same as pytest's and Datasette's):
+
+* every hook is named ``treg_…`` and implemented with ``@treg.hookimpl``;
+* ``treg_register_*`` hooks run once at startup and return objects (or lists of them); treg collects
+  them into a frozen registry and refuses to start on a duplicate name;
+* pluggy calls hooks synchronously. No hook here is a coroutine and none uses ``firstresult`` on async
+  work: the objects a registration hook returns carry the async methods;
+* observer hooks (events) are contained: an exception is logged and the call goes on. Hooks that
+  authorize or inject fail closed: an exception refuses the call.
+
+Every hook below must be documented in ``docs/plugins.md`` (a test checks it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import pluggy
+
+if TYPE_CHECKING:
+    from treg.bindings import Injector
+    from treg.events import Event
+
+hookspec = pluggy.HookspecMarker("treg")
+
+
+# -- startup: registration -------------------------------------------------------------------------
+
+@hookspec
+def treg_register_injectors() -> "Sequence[Injector] | None":
+    """Called once at startup. Return the credential injectors this plugin provides.
+
+    Each injector serves one binding ``location`` (the built-ins serve ``header``, ``query`` and
+    ``json``). Two injectors for one location stop startup, unless the built-in's implementation is
+    overridden: built-ins are ``trylast``, so a plugin's injector for the same location is collected
+    first and the built-in's duplicate is dropped. ``None`` or an empty list: nothing to add.
+    """
+
+
+@hookspec
+def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
+    """Called once at startup, before anything else starts. Return provider dicts for the catalog.
+
+    The dict shape is the contract of ``docs/plugins.md`` (provider id, base URL, auth bindings,
+    endpoints…). treg validates the whole catalog and refuses to start on a bad row, naming the
+    plugin, the row and the field. ``None`` or an empty list: this plugin adds no provider.
+    """
+
+
+# -- evidence and events: observers (contained) ----------------------------------------------------
+
+@hookspec
+def treg_event(event: "Event") -> None:
+    """Called for every product event (``tool_called`` once per call attempt, …), after the fact.
+
+    ``event.name`` says what happened and ``event.props`` carries outcome, status, timing and
+    tool/provider identity, never parameters, bodies or secrets. The return value is ignored. An
+    exception is logged and the call goes on. Keep it fast: it runs on the event loop.
+    """

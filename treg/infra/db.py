@@ -1,0 +1,161 @@
+"""The database adapter: SQLAlchemy Core statements executed through aiopg.
+
+``aiopg.sa`` refuses SQLAlchemy 2, so statements are compiled here for the psycopg2 dialect (bind
+processors applied, post-compile parameters rendered) and run on a plain aiopg cursor. Rows come back
+as dicts. Transactions are short by design: ``async with db.tx() as tx`` checks out one connection,
+runs ``BEGIN`` … ``COMMIT`` (``ROLLBACK`` on any exception) and returns it to the pool. Nothing that
+waits on an upstream may hold one (see docs/architecture.md, "Connection discipline").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+import aiopg
+import psycopg2
+import psycopg2.errorcodes
+import psycopg2.extras
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql import ClauseElement
+
+from treg.errors import DatabaseError, IntegrityError
+
+log = logging.getLogger(__name__)
+
+_DIALECT = postgresql.psycopg2.dialect()  # type: ignore[attr-defined]
+_STATEMENT_CACHE_MAX = 512
+
+
+@dataclass(frozen=True)
+class Compiled:
+    sql: str
+    params: Mapping[str, Any]
+
+
+def compile_statement(stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> Compiled:
+    """Compile a Core statement for psycopg2, applying the types' bind processors (JSON, enums…)."""
+    if isinstance(stmt, str):
+        return Compiled(stmt, dict(params or {}))
+    compiled = stmt.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
+    values = compiled.construct_params(params)
+    processors = compiled._bind_processors  # noqa: SLF001 - the documented way to get them is private
+    out = {}
+    for key, value in values.items():
+        proc = processors.get(key)
+        out[key] = proc(value) if proc is not None and value is not None else value
+    return Compiled(str(compiled), out)
+
+
+def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError:
+    code = exc.pgcode or ""
+    if code.startswith("23"):  # integrity_constraint_violation class
+        constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
+        return IntegrityError(f"the write conflicts with existing data ({constraint or code})",
+                              constraint=constraint)
+    if code in ("40001", "40P01"):
+        return DatabaseError("the database aborted a conflicting transaction; retry", code="db_conflict")
+    log.warning("database error %s on %.200s", code or type(exc).__name__, sql)
+    return DatabaseError("the database failed the request", code="database_error")
+
+
+class Tx:
+    """One transaction on one connection. Methods accept Core statements or SQL text."""
+
+    def __init__(self, cur: aiopg.Cursor) -> None:
+        self._cur = cur
+
+    async def execute(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> int:
+        c = compile_statement(stmt, params)
+        try:
+            await self._cur.execute(c.sql, c.params)
+        except psycopg2.Error as exc:
+            raise _map_error(exc, c.sql) from exc
+        return self._cur.rowcount
+
+    async def fetch_all(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        await self.execute(stmt, params)
+        if self._cur.description is None:
+            return []
+        names = [d.name for d in self._cur.description]
+        return [dict(zip(names, row)) for row in await self._cur.fetchall()]
+
+    async def fetch_one(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        rows = await self.fetch_all(stmt, params)
+        return rows[0] if rows else None
+
+    async def scalar(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> Any:
+        row = await self.fetch_one(stmt, params)
+        return next(iter(row.values())) if row else None
+
+    async def execute_many(self, stmt: ClauseElement, rows: Sequence[Mapping[str, Any]]) -> None:
+        """One INSERT for many rows (``VALUES (…), (…)``): the audit writer's batch path."""
+        if rows:
+            await self.execute(stmt.values(list(rows)))  # type: ignore[attr-defined]
+
+
+class Database:
+    """A pool of aiopg connections and the ``tx()`` context that borrows one briefly."""
+
+    def __init__(self, dsn: str, *, minsize: int = 1, maxsize: int = 10, timeout: float = 10.0) -> None:
+        self._dsn = dsn
+        self._minsize, self._maxsize, self._timeout = minsize, maxsize, timeout
+        self._pool: aiopg.Pool | None = None
+        #: connections checked out right now (tests watch it at the network boundary)
+        self.in_use = 0
+        self.peak_in_use = 0
+
+    @property
+    def dsn(self) -> str:
+        return self._dsn
+
+    async def open(self) -> "Database":
+        try:
+            self._pool = await aiopg.create_pool(self._dsn, minsize=self._minsize, maxsize=self._maxsize,
+                                                 timeout=self._timeout, enable_hstore=False)
+        except psycopg2.Error as exc:
+            raise DatabaseError(f"cannot connect to the database: {exc.__class__.__name__}",
+                                code="database_unavailable") from exc
+        return self
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            await self._pool.wait_closed()
+            self._pool = None
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[aiopg.Connection]:
+        assert self._pool is not None, "Database.open() was not awaited"
+        try:
+            conn = await asyncio.wait_for(self._pool.acquire(), self._timeout)
+        except (asyncio.TimeoutError, psycopg2.Error) as exc:
+            raise DatabaseError("no database connection available (pool exhausted or server down)",
+                                code="db_pool") from exc
+        self.in_use += 1
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
+        try:
+            yield conn
+        finally:
+            self.in_use -= 1
+            await self._pool.release(conn)
+
+    @contextlib.asynccontextmanager
+    async def tx(self) -> AsyncIterator[Tx]:
+        async with self.connection() as conn:
+            async with conn.cursor() as cur:
+                await cur.execute("BEGIN")
+                try:
+                    yield Tx(cur)
+                except BaseException:
+                    with contextlib.suppress(psycopg2.Error):
+                        await cur.execute("ROLLBACK")
+                    raise
+                else:
+                    try:
+                        await cur.execute("COMMIT")
+                    except psycopg2.Error as exc:
+                        raise _map_error(exc, "COMMIT") from exc

@@ -1,0 +1,144 @@
+"""The schema as SQLAlchemy Core tables. Every change here comes with an alembic migration."""
+
+from __future__ import annotations
+
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, ForeignKey, Index, Integer, LargeBinary, MetaData,
+                        String, Table, Text, UniqueConstraint, func, text)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+metadata = MetaData(naming_convention={
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+})
+
+
+def _created() -> Column:
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+orgs = Table(
+    "orgs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("slug", String(64), nullable=False, unique=True),
+    _created(),
+)
+
+users = Table(
+    "users", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("email", String(320), nullable=False, unique=True),  # stored lower-cased
+    _created(),
+)
+
+projects = Table(
+    "projects", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(200), nullable=False),
+    _created(),
+    UniqueConstraint("org_id", "name"),
+)
+
+members = Table(
+    "members", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("user_id", String(40), ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("role", String(16), nullable=False),
+    # NULL: every project of the org; else the member's project scope.
+    Column("project_ids", ARRAY(String(40)), nullable=True),
+    _created(),
+    UniqueConstraint("org_id", "user_id"),
+)
+
+tokens = Table(
+    "tokens", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("member_id", String(40), ForeignKey("members.id", ondelete="CASCADE"), nullable=False),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    # sha256 of the token: a token is random (256 bits), so a fast hash is enough and lookups stay indexed.
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),
+    _created(),
+    Column("last_used_at", DateTime(timezone=True), nullable=True),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+)
+
+secrets = Table(
+    "secrets", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("provider", String(64), nullable=True, index=True),
+    # AES-256-GCM blob: version | key id | nonce | ciphertext+tag (see treg.infra.crypto)
+    Column("blob", LargeBinary, nullable=False),
+    Column("key_id", String(16), nullable=False),
+    Column("is_json", Boolean, nullable=False, server_default=text("false")),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+tools = Table(
+    "tools", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("base_url", Text, nullable=False),
+    Column("host", String(300), nullable=False),  # netloc without user-info, lower-cased
+    Column("bindings", JSONB, nullable=False),
+    Column("project_id", String(40), ForeignKey("projects.id", ondelete="SET NULL"), nullable=True),
+    Column("allowed_member_ids", ARRAY(String(40)), nullable=True),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    UniqueConstraint("org_id", "name"),
+    Index("ix_tools_org_id_host", "org_id", "host"),
+)
+
+deny_rules = Table(
+    "deny_rules", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("host", String(300), nullable=False),
+    Column("path", Text, nullable=True),
+    Column("method", String(16), nullable=True),
+    Column("member_id", String(40), ForeignKey("members.id", ondelete="CASCADE"), nullable=True),
+    Column("project_id", String(40), ForeignKey("projects.id", ondelete="CASCADE"), nullable=True),
+    Column("reason", Text, nullable=True),
+    _created(),
+)
+
+calls = Table(
+    "calls", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", String(40), nullable=True),
+    _created(),
+    Column("surface", String(16), nullable=False),
+    Column("method", String(16), nullable=False),
+    Column("target", Text, nullable=False),  # what the caller asked for (tool/path or URL), query stripped
+    Column("upstream_url", Text, nullable=True),  # redacted
+    Column("tool_id", String(40), nullable=True),
+    Column("tool_name", String(200), nullable=True),
+    Column("provider", String(300), nullable=True),
+    Column("endpoint_id", String(200), nullable=True),
+    Column("status", Integer, nullable=True),
+    Column("outcome", String(32), nullable=False),
+    Column("refused_by", String(32), nullable=True),
+    Column("error_code", String(64), nullable=True),
+    Column("blame", String(16), nullable=True),
+    Column("credential_tier", String(16), nullable=True),
+    Column("cost_micro", BigInteger, nullable=False, server_default=text("0")),
+    Column("hold_state", String(16), nullable=True),
+    Column("tag", String(200), nullable=True),
+    Column("request_bytes", BigInteger, nullable=True),
+    Column("response_bytes", BigInteger, nullable=True),
+    Column("duration_ms", Integer, nullable=True),
+    Column("ttfb_ms", Integer, nullable=True),
+    Column("error_request", JSONB, nullable=True),
+    Column("error_response", JSONB, nullable=True),
+    Index("ix_calls_org_id_created_at", "org_id", "created_at"),
+    Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
+)

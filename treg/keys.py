@@ -1,0 +1,16 @@
+"""Every typed application key, in one module (aiohttp's "no singletons": state lives on the app)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import aiohttp
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from treg.context import Services
+    from treg.settings import Settings
+
+SETTINGS: web.AppKey["Settings"] = web.AppKey("settings")
+SERVICES: web.AppKey["Services"] = web.AppKey("services")
+CLIENT: web.AppKey[aiohttp.ClientSession] = web.AppKey("client")

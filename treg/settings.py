@@ -1,0 +1,187 @@
+"""Settings: one declarative table, read from the environment (a TOML file may add to it).
+
+Each field of :class:`Settings` is one row of the table: its environment variable, type, default and
+help live in the field's metadata. ``treg settings`` and the README table are generated from it.
+The environment wins over the config file (``$TREG_CONFIG`` or ``$TREG_HOME/treg.toml``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from treg.errors import ConfigError
+
+
+class SecretStr:
+    """A string whose repr and str are masked, so it cannot reach a log by accident."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "SecretStr('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretStr) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+def _setting(env: str, default: Any, help: str, kind: str = "str") -> Any:
+    meta = {"env": env, "help": help, "kind": kind}
+    if isinstance(default, (list, tuple, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = _setting("TREG_HOME", Path("~/.local/share/treg"), "data folder: everything treg writes", "path")
+    database_url: SecretStr | None = _setting(
+        "TREG_DATABASE_URL", None,
+        "`postgresql://…` of an existing server; unset: an embedded PostgreSQL under `$TREG_HOME/pg`", "secret")
+    secret_key: SecretStr | None = _setting(
+        "TREG_SECRET_KEY", None,
+        "master key for secrets at rest (urlsafe base64, 32 bytes); unset: generated once into "
+        "`$TREG_HOME/secret.key` (mode 0600)", "secret")
+    proxy_ssrf_check: bool = _setting("TREG_PROXY_SSRF_CHECK", True, "`1`/`0`: refuse internal upstream addresses", "bool")
+    ssrf_allow: tuple[str, ...] = _setting(
+        "TREG_SSRF_ALLOW", (), "comma-separated CIDRs exempt from the SSRF guard (local development, tests)", "cidrs")
+    dns_nameservers: tuple[str, ...] = _setting(
+        "TREG_DNS_NAMESERVERS", (), "comma-separated `ip` or `ip:port` the upstream resolver asks instead of the system's",
+        "list")
+    plugins_dir: Path | None = _setting("TREG_PLUGINS_DIR", None, "a folder whose `*.py` files are loaded as plugins", "path")
+    host: str = _setting("TREG_HOST", "127.0.0.1", "address `treg serve` listens on")
+    port: int = _setting("TREG_PORT", 8080, "port `treg serve` listens on", "int")
+    log_level: str = _setting("TREG_LOG_LEVEL", "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)")
+    db_pool_min: int = _setting("TREG_DB_POOL_MIN", 1, "database pool: connections kept open", "int")
+    db_pool_max: int = _setting("TREG_DB_POOL_MAX", 10, "database pool: most connections at once", "int")
+    db_timeout_s: float = _setting("TREG_DB_TIMEOUT_S", 10.0, "seconds to wait for a pooled connection", "float")
+    upstream_connect_timeout_s: float = _setting(
+        "TREG_UPSTREAM_CONNECT_TIMEOUT_S", 10.0, "seconds to connect to an upstream", "float")
+    upstream_read_timeout_s: float = _setting(
+        "TREG_UPSTREAM_READ_TIMEOUT_S", 300.0, "seconds an upstream may stay silent mid-answer", "float")
+    upstream_pool_size: int = _setting("TREG_UPSTREAM_POOL_SIZE", 256, "most upstream connections at once", "int")
+    body_decode_max_bytes: int = _setting(
+        "TREG_BODY_DECODE_MAX_BYTES", 16 * 1024 * 1024,
+        "largest body `X-Treg-Body-Encoding` may decode to (and largest encoded body accepted)", "int")
+    json_body_max_bytes: int = _setting(
+        "TREG_JSON_BODY_MAX_BYTES", 16 * 1024 * 1024, "largest body a JSON binding buffers", "int")
+    evidence_retention_days: int = _setting(
+        "TREG_EVIDENCE_RETENTION_DAYS", 30, "failed-call evidence older than this is pruned", "int")
+    cache_ttl_s: float = _setting(
+        "TREG_CACHE_TTL_S", 30.0,
+        "longest an in-process cache (tokens, tools, deny rules) may serve data another process changed "
+        "when LISTEN/NOTIFY is unavailable", "float")
+    audit_flush_ms: int = _setting("TREG_AUDIT_FLUSH_MS", 200, "audit rows are written in batches at most this late", "int")
+    anonymous_providers: tuple[str, ...] = _setting(
+        "TREG_ANONYMOUS_PROVIDERS", (), "providers whose `platform_auth: anonymous` endpoints may be called keyless",
+        "list")
+    #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
+    platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
+        "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "
+                "bindings name"})
+
+    # -- derived -------------------------------------------------------------------------------
+    @property
+    def pg_dir(self) -> Path:
+        return self.home / "pg"
+
+    def platform_value(self, name: str) -> SecretStr | None:
+        return self.platform.get(name.upper())
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+def table() -> list[tuple[str, str, str, str]]:
+    """(env, kind, default, help) rows: the settings table of the README and ``treg settings``."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        if isinstance(default, tuple):
+            default = ",".join(default)
+        rows.append((f.metadata["env"], f.metadata["kind"], "" if default in (None, {}) else str(default),
+                     f.metadata["help"]))
+    return rows
+
+
+def _convert(name: str, kind: str, raw: Any) -> Any:
+    try:
+        if kind == "path":
+            return Path(str(raw)).expanduser() if str(raw) else None
+        if kind == "secret":
+            return SecretStr(str(raw)) if str(raw) else None
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(f"expected 1/0, got {raw!r}")
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind in ("list", "cidrs"):
+            items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
+            items = tuple(str(i).strip() for i in items if str(i).strip())
+            if kind == "cidrs":
+                for item in items:
+                    ipaddress.ip_network(item, strict=False)
+            return items
+        return str(raw)
+    except ValueError as exc:
+        raise ConfigError(f"setting {name}: {exc}", code="bad_setting") from exc
+
+
+def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build the settings from a config file and the environment (the environment wins)."""
+    env = dict(os.environ if environ is None else environ)
+    fields = {f.metadata["env"]: f for f in dataclasses.fields(Settings) if f.metadata["kind"] != "platform"}
+    home = Path(env.get("TREG_HOME") or "~/.local/share/treg").expanduser()
+    config_path = Path(env["TREG_CONFIG"]).expanduser() if env.get("TREG_CONFIG") else home / "treg.toml"
+    values: dict[str, Any] = {}
+    platform: dict[str, SecretStr] = {}
+    if config_path.is_file():
+        try:
+            data = tomllib.loads(config_path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {config_path}: {exc}", code="bad_config") from exc
+        for key, raw in data.items():
+            env_name = key.upper() if key.upper().startswith("TREG_") else "TREG_" + key.upper()
+            if env_name.startswith("TREG_PLATFORM_"):
+                platform[env_name] = SecretStr(str(raw))
+            elif env_name in fields:
+                values[fields[env_name].name] = _convert(env_name, fields[env_name].metadata["kind"], raw)
+            else:
+                raise ConfigError(f"config file {config_path}: unknown setting {key!r}", code="bad_config")
+    for env_name, f in fields.items():
+        if env_name in env:
+            values[f.name] = _convert(env_name, f.metadata["kind"], env[env_name])
+    for key, raw in env.items():
+        if key.startswith("TREG_PLATFORM_") and raw:
+            platform[key] = SecretStr(raw)
+    values["home"] = values.get("home") or home
+    values["platform"] = platform
+    values.update(overrides)
+    return Settings(**values)

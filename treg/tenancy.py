@@ -1,0 +1,259 @@
+"""Tenancy: orgs, users, members and their roles, projects, API tokens, and who the caller is.
+
+Tokens are 256 random bits shown once (``treg_…``); only their SHA-256 is stored, looked up by an
+index and compared with ``hmac.compare_digest``. A revoked token stops working at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets as pysecrets
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from sqlalchemy import and_, func, insert, select, update
+
+from treg.context import Services
+from treg.errors import BadRequest, Conflict, Forbidden, IntegrityError, NotFound, Unauthorized, Unprocessable
+from treg.ids import new_id
+from treg.infra.db import Tx
+from treg.infra.schema import members, orgs, projects, tokens, users
+
+ROLES = ("owner", "admin", "member")
+MANAGER_ROLES = ("owner", "admin")
+TOKEN_PREFIX = "treg_"
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling: resolved from ``X-Treg-Token`` (and checked against ``X-Treg-Org``)."""
+
+    org_id: str
+    org_slug: str
+    member_id: str
+    user_id: str
+    email: str
+    role: str
+    #: None: every project of the org
+    project_ids: tuple[str, ...] | None
+    token_id: str
+
+    @property
+    def is_manager(self) -> bool:
+        return self.role in MANAGER_ROLES
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + pysecrets.token_urlsafe(32)
+
+
+def check_slug(slug: str) -> str:
+    if not isinstance(slug, str) or not _SLUG.match(slug):
+        raise BadRequest("an org slug is 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
+                         code="invalid_slug")
+    return slug
+
+
+def check_email(email: Any) -> str:
+    if not isinstance(email, str) or not _EMAIL.match(email.strip()) or len(email) > 320:
+        raise BadRequest("email must look like name@example.com", code="invalid_email")
+    return email.strip().lower()
+
+
+async def _user_for(tx: Tx, email: str) -> str:
+    row = await tx.fetch_one(select(users.c.id).where(users.c.email == email))
+    if row:
+        return row["id"]
+    user_id = new_id("usr")
+    await tx.execute(insert(users).values(id=user_id, email=email))
+    return user_id
+
+
+async def issue_token(tx: Tx, *, org_id: str, member_id: str) -> str:
+    token = new_token()
+    await tx.execute(insert(tokens).values(id=new_id("tok"), org_id=org_id, member_id=member_id,
+                                           token_hash=hash_token(token), prefix=token[:12]))
+    return token
+
+
+async def create_org(svc: Services, *, slug: str, email: str) -> dict[str, Any]:
+    """A new org with its owner; returns ``{org_id, org_slug, member_id, user_id, token}``."""
+    slug, email = check_slug(slug), check_email(email)
+    try:
+        async with svc.db.tx() as tx:
+            org_id = new_id("org")
+            await tx.execute(insert(orgs).values(id=org_id, slug=slug))
+            user_id = await _user_for(tx, email)
+            member_id = new_id("mem")
+            await tx.execute(insert(members).values(id=member_id, org_id=org_id, user_id=user_id, role="owner"))
+            token = await issue_token(tx, org_id=org_id, member_id=member_id)
+    except IntegrityError as exc:
+        raise Conflict(f"an org with slug {slug!r} already exists", code="org_exists") from exc
+    return {"org_id": org_id, "org_slug": slug, "member_id": member_id, "user_id": user_id, "email": email,
+            "role": "owner", "token": token}
+
+
+async def authenticate(svc: Services, token: str | None, org_hint: str | None) -> Identity:
+    """The caller behind ``token``; 401 when missing/unknown/revoked, 403 when ``org_hint`` differs."""
+    if not token:
+        raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
+    digest = hash_token(token.strip())
+    cache = svc.extras.get("identity_cache")
+    ident = cache.get(digest) if cache is not None else None
+    if ident is None:
+        async with svc.db.tx() as tx:
+            row = await tx.fetch_one(
+                select(tokens.c.id, tokens.c.token_hash, tokens.c.revoked_at, members.c.id.label("member_id"),
+                       members.c.role, members.c.project_ids, members.c.org_id, orgs.c.slug, users.c.id.label("user_id"),
+                       users.c.email)
+                .select_from(tokens.join(members, members.c.id == tokens.c.member_id)
+                             .join(orgs, orgs.c.id == members.c.org_id).join(users, users.c.id == members.c.user_id))
+                .where(tokens.c.token_hash == digest))
+        # the index found the row by digest; compare in constant time all the same
+        if row is None or row["revoked_at"] is not None or not hmac.compare_digest(row["token_hash"], digest):
+            raise Unauthorized("the X-Treg-Token is unknown or revoked", code="invalid_token")
+        ident = Identity(org_id=row["org_id"], org_slug=row["slug"], member_id=row["member_id"],
+                         user_id=row["user_id"], email=row["email"], role=row["role"],
+                         project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,
+                         token_id=row["id"])
+        if cache is not None:
+            cache.put(digest, ident, org_id=ident.org_id)
+    if org_hint and org_hint.strip() not in (ident.org_id, ident.org_slug):
+        raise Forbidden("this token belongs to another org than X-Treg-Org names", code="wrong_org")
+    touch = svc.extras.get("token_touch")
+    if touch is not None:
+        touch(ident.token_id)
+    else:
+        async with svc.db.tx() as tx:
+            await tx.execute(update(tokens).where(tokens.c.id == ident.token_id).values(last_used_at=func.now()))
+    return ident
+
+
+def require_manager(ident: Identity) -> None:
+    if not ident.is_manager:
+        raise Forbidden("only an org owner or admin may do this", code="forbidden_role")
+
+
+async def _check_project_ids(tx: Tx, org_id: str, project_ids: Any) -> tuple[str, ...] | None:
+    if project_ids is None:
+        return None
+    if not isinstance(project_ids, list) or not all(isinstance(p, str) for p in project_ids):
+        raise BadRequest("project_ids must be a list of project ids, or null for every project",
+                         code="invalid_project_ids")
+    wanted = tuple(dict.fromkeys(project_ids))
+    if wanted:
+        rows = await tx.fetch_all(select(projects.c.id).where(and_(projects.c.org_id == org_id,
+                                                                   projects.c.id.in_(wanted))))
+        missing = set(wanted) - {r["id"] for r in rows}
+        if missing:
+            raise Unprocessable(f"unknown project ids in this org: {sorted(missing)}", code="unknown_project")
+    return wanted
+
+
+async def add_member(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    require_manager(ident)
+    email = check_email(body.get("email"))
+    role = body.get("role", "member")
+    if role not in ROLES:
+        raise BadRequest(f"role must be one of {', '.join(ROLES)}", code="invalid_role")
+    if role == "owner" and ident.role != "owner":
+        raise Forbidden("only an owner may add another owner", code="forbidden_role")
+    try:
+        async with svc.db.tx() as tx:
+            scope = await _check_project_ids(tx, ident.org_id, body.get("project_ids"))
+            user_id = await _user_for(tx, email)
+            member_id = new_id("mem")
+            await tx.execute(insert(members).values(id=member_id, org_id=ident.org_id, user_id=user_id, role=role,
+                                                    project_ids=list(scope) if scope is not None else None))
+            token = await issue_token(tx, org_id=ident.org_id, member_id=member_id)
+    except IntegrityError as exc:
+        raise Conflict(f"{email} is already a member of this org", code="member_exists") from exc
+    return {"member_id": member_id, "token": token, "email": email, "role": role,
+            "project_ids": list(scope) if scope is not None else None, "org_id": ident.org_id}
+
+
+async def list_members(svc: Services, ident: Identity) -> list[dict[str, Any]]:
+    require_manager(ident)
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all(
+            select(members.c.id.label("member_id"), users.c.email, members.c.role, members.c.project_ids,
+                   members.c.created_at)
+            .select_from(members.join(users, users.c.id == members.c.user_id))
+            .where(members.c.org_id == ident.org_id).order_by(members.c.created_at))
+    return rows
+
+
+async def create_project(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    require_manager(ident)
+    name = body.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise BadRequest("a project needs a non-empty name (at most 200 characters)", code="invalid_name")
+    try:
+        async with svc.db.tx() as tx:
+            project_id = new_id("prj")
+            row = await tx.fetch_one(insert(projects).values(id=project_id, org_id=ident.org_id, name=name.strip())
+                                     .returning(projects.c.id, projects.c.name, projects.c.created_at))
+    except IntegrityError as exc:
+        raise Conflict(f"a project named {name!r} already exists", code="project_exists") from exc
+    assert row is not None
+    return row
+
+
+async def list_projects(svc: Services, ident: Identity) -> list[dict[str, Any]]:
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all(select(projects.c.id, projects.c.name, projects.c.created_at)
+                                  .where(projects.c.org_id == ident.org_id).order_by(projects.c.created_at))
+    if ident.project_ids is not None and not ident.is_manager:
+        rows = [r for r in rows if r["id"] in ident.project_ids]
+    return rows
+
+
+async def revoke_token(svc: Services, ident: Identity, token_id: str) -> None:
+    async with svc.db.tx() as tx:
+        row = await tx.fetch_one(select(tokens.c.member_id).where(and_(tokens.c.id == token_id,
+                                                                       tokens.c.org_id == ident.org_id)))
+        if row is None:
+            raise NotFound("no such token in this org", code="token_not_found")
+        if row["member_id"] != ident.member_id:
+            require_manager(ident)
+        await tx.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=func.now()))
+        await notify(tx, "tokens", ident.org_id)
+
+
+async def list_tokens(svc: Services, ident: Identity) -> list[dict[str, Any]]:
+    q = select(tokens.c.id, tokens.c.member_id, tokens.c.prefix, tokens.c.created_at, tokens.c.last_used_at,
+               tokens.c.revoked_at).where(tokens.c.org_id == ident.org_id)
+    if not ident.is_manager:
+        q = q.where(tokens.c.member_id == ident.member_id)
+    async with svc.db.tx() as tx:
+        return await tx.fetch_all(q.order_by(tokens.c.created_at))
+
+
+async def create_token(svc: Services, ident: Identity, member_id: str | None) -> dict[str, Any]:
+    member_id = member_id or ident.member_id
+    if member_id != ident.member_id:
+        require_manager(ident)
+    async with svc.db.tx() as tx:
+        ok = await tx.scalar(select(members.c.id).where(and_(members.c.id == member_id,
+                                                             members.c.org_id == ident.org_id)))
+        if ok is None:
+            raise NotFound("no such member in this org", code="member_not_found")
+        token = await issue_token(tx, org_id=ident.org_id, member_id=member_id)
+    return {"member_id": member_id, "token": token}
+
+
+async def notify(tx: Tx, kind: str, org_id: str) -> None:
+    """Tell every treg process on this database that ``kind`` data of ``org_id`` changed (on commit)."""
+    await tx.execute("SELECT pg_notify('treg_changes', %(payload)s)", {"payload": f"{kind}:{org_id}"})
+
+
+def as_list(value: Sequence[str] | None) -> list[str] | None:
+    return list(value) if value is not None else None

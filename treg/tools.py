@@ -1,0 +1,269 @@
+"""Tools: a name, a base URL and the credential bindings treg injects when relaying to it.
+
+Registration validates everything that would otherwise fail at call time: the base URL (http(s), not
+internal: the SSRF registration check), each binding's injector location, its secret (same org,
+exists), its format (only ``{secret}``), non-empty names, and no two bindings aimed at one target.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from sqlalchemy import and_, delete, func, insert, select, update
+
+from treg.bindings import Binding, format_fields
+from treg.context import Services
+from treg.domain.access import identity_may_use
+from treg.errors import BadRequest, Conflict, IntegrityError, NotFound, Unprocessable
+from treg.ids import new_id
+from treg.infra import ssrf
+from treg.infra.db import Tx
+from treg.infra.schema import members, projects, secrets, tools
+from treg.tenancy import Identity, notify, require_manager
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
+_BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
+_SETTING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+TOOL_COLUMNS = (tools.c.id, tools.c.name, tools.c.base_url, tools.c.host, tools.c.bindings, tools.c.project_id,
+                tools.c.allowed_member_ids, tools.c.created_at, tools.c.updated_at)
+
+
+def host_of(url: str) -> str:
+    """The contract's tool host: the netloc without user-info, lower-cased, port kept when present."""
+    netloc = urlsplit(url).netloc
+    return netloc.rpartition("@")[2].lower()
+
+
+def parse_base_url(raw: Any) -> tuple[str, str, str]:
+    """(base_url, host, hostname) of a well-formed http(s) base URL, else 400."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise BadRequest("base_url is required: an http(s) URL such as https://api.example.com/v1",
+                         code="invalid_base_url")
+    url = raw.strip()
+    if any(c in url for c in "\r\n\t ") or any(ord(c) < 0x20 for c in url):
+        raise BadRequest("base_url contains whitespace or control characters", code="invalid_base_url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a bad port
+    except ValueError as exc:
+        raise BadRequest(f"base_url is not a valid URL: {exc}", code="invalid_base_url") from exc
+    if parts.scheme not in ("http", "https"):
+        raise BadRequest("base_url must start with http:// or https://", code="invalid_base_url")
+    if not parts.hostname:
+        raise BadRequest("base_url has no host", code="invalid_base_url")
+    if parts.fragment:
+        raise BadRequest("base_url cannot carry a #fragment", code="invalid_base_url")
+    del port
+    return url, host_of(url), parts.hostname
+
+
+async def check_ssrf(svc: Services, hostname: str) -> None:
+    """The registration-time SSRF check: a numeric or resolved internal address is refused (422)."""
+    if not svc.ssrf.enabled:
+        return
+    addr = ssrf.parse_numeric_host(hostname)
+    addrs = [addr] if addr is not None else []
+    if addr is None:
+        name = hostname.rstrip(".").lower()
+        if name == "localhost" or name.endswith(".localhost"):
+            addrs = [ssrf.parse_numeric_host("127.0.0.1")]  # type: ignore[list-item]
+        elif svc.resolver is not None:
+            try:
+                addrs = await svc.resolver.addresses(name)
+            except Exception:  # unresolvable now: the call-time guard decides later
+                addrs = []
+    refused = svc.ssrf.refused(a for a in addrs if a is not None)
+    if refused:
+        raise Unprocessable(f"base_url points at an internal address ({refused[0]}); treg only relays to "
+                            "public hosts (TREG_SSRF_ALLOW exempts CIDRs for local development)",
+                            code="ssrf_refused", refused_by="ssrf")
+
+
+async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> list[Binding]:
+    if not isinstance(raw, list):
+        raise BadRequest("bindings must be a list of binding objects", code="invalid_binding")
+    out: list[Binding] = []
+    targets: set[tuple[str, str]] = set()
+    secret_ids = set()
+    for i, item in enumerate(raw):
+        where = f"bindings[{i}]"
+        if not isinstance(item, dict):
+            raise BadRequest(f"{where} must be an object", code="invalid_binding")
+        unknown = set(item) - _BINDING_KEYS
+        if unknown:
+            raise BadRequest(f"{where} has unknown keys {sorted(unknown)}", code="invalid_binding")
+        for key in ("location", "name", "format", "secret_id", "platform_setting", "secret_field"):
+            if key in item and item[key] is not None and not isinstance(item[key], str):
+                raise BadRequest(f"{where}.{key} must be a string", code="invalid_binding")
+        location, name = item.get("location"), item.get("name")
+        if not location:
+            raise BadRequest(f"{where}.location is required (header, query, json, …)", code="invalid_binding")
+        if not name or not name.strip():
+            raise BadRequest(f"{where}.name must be a non-empty string", code="invalid_binding")
+        if "secret_field" in item and (item["secret_field"] is None or not item["secret_field"].strip()):
+            raise BadRequest(f"{where}.secret_field must be a non-empty string when given", code="invalid_binding")
+        fmt = item.get("format") if item.get("format") is not None else "{secret}"
+        try:
+            fields = format_fields(fmt)
+        except ValueError as exc:
+            raise BadRequest(f"{where}.format is malformed: {exc}", code="invalid_format") from exc
+        if any(f != "secret" for f in fields):
+            raise BadRequest(f"{where}.format may use only the {{secret}} placeholder, not "
+                             f"{sorted(set(f for f in fields if f != 'secret'))}", code="invalid_format")
+        if bool(item.get("secret_id")) == bool(item.get("platform_setting")):
+            raise BadRequest(f"{where} needs exactly one of secret_id and platform_setting", code="invalid_binding")
+        if item.get("platform_setting") and not _SETTING_NAME.match(item["platform_setting"]):
+            raise BadRequest(f"{where}.platform_setting must be a setting name such as TREG_PLATFORM_ADS_TOKEN",
+                             code="invalid_binding")
+        binding = Binding(location=location, name=name, format=fmt, secret_id=item.get("secret_id"),
+                          platform_setting=item.get("platform_setting"), secret_field=item.get("secret_field"))
+        injector = svc.injectors.get(location)
+        if injector is None:
+            raise Unprocessable(f"{where}.location {location!r} has no injector; known: {sorted(svc.injectors)}",
+                                code="unknown_injector")
+        try:
+            injector.validate(binding)
+        except ValueError as exc:
+            raise BadRequest(f"{where}: {exc}", code="invalid_binding") from exc
+        target = (location, name.lower() if location == "header" else name)
+        if target in targets:
+            raise BadRequest(f"{where} targets {location} {name!r}, which another binding already sets",
+                             code="duplicate_binding")
+        targets.add(target)
+        if binding.secret_id:
+            secret_ids.add(binding.secret_id)
+        out.append(binding)
+    if secret_ids:
+        rows = await tx.fetch_all(select(secrets.c.id, secrets.c.is_json).where(and_(
+            secrets.c.org_id == org_id, secrets.c.id.in_(sorted(secret_ids)))))
+        found = {r["id"]: r["is_json"] for r in rows}
+        for i, b in enumerate(out):
+            if b.secret_id and b.secret_id not in found:
+                raise Unprocessable(f"bindings[{i}].secret_id {b.secret_id!r} is not a secret of this org",
+                                    code="unknown_secret")
+            if b.secret_id and b.secret_field and not found[b.secret_id]:
+                raise Unprocessable(f"bindings[{i}].secret_field needs a JSON-object secret", code="invalid_binding")
+    return out
+
+
+async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> None:
+    if project_id is not None:
+        if not isinstance(project_id, str) or await tx.scalar(select(projects.c.id).where(and_(
+                projects.c.id == project_id, projects.c.org_id == org_id))) is None:
+            raise Unprocessable("project_id is not a project of this org", code="unknown_project")
+    if allowed is not None:
+        if not isinstance(allowed, list) or not all(isinstance(m, str) for m in allowed):
+            raise BadRequest("allowed_member_ids must be a list of member ids or null", code="invalid_members")
+        if allowed:
+            rows = await tx.fetch_all(select(members.c.id).where(and_(members.c.org_id == org_id,
+                                                                      members.c.id.in_(allowed))))
+            missing = set(allowed) - {r["id"] for r in rows}
+            if missing:
+                raise Unprocessable(f"unknown member ids in this org: {sorted(missing)}", code="unknown_member")
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise BadRequest("a tool needs a non-empty name", code="invalid_name")
+    if not _TOOL_NAME.match(name):
+        raise BadRequest("a tool name is up to 200 characters of letters, digits, '.', '_', '~' and '-' "
+                         "(it is the first path segment of /call/<name>/…)", code="invalid_name")
+    return name
+
+
+def tool_json(row: dict[str, Any]) -> dict[str, Any]:
+    out = {k: row[k] for k in ("id", "name", "base_url", "host", "bindings", "project_id", "allowed_member_ids",
+                               "created_at")}
+    out["updated_at"] = row.get("updated_at")
+    return out
+
+
+async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    require_manager(ident)
+    name = _check_name(body.get("name"))
+    base_url, host, hostname = parse_base_url(body.get("base_url"))
+    await check_ssrf(svc, hostname)
+    allowed = body.get("allowed_member_ids")
+    try:
+        async with svc.db.tx() as tx:
+            bindings = await validate_bindings(svc, tx, ident.org_id, body.get("bindings", []))
+            await _check_scope(tx, ident.org_id, body.get("project_id"), allowed)
+            row = await tx.fetch_one(insert(tools).values(
+                id=new_id("tool"), org_id=ident.org_id, name=name, base_url=base_url, host=host,
+                bindings=[b.to_json() for b in bindings], project_id=body.get("project_id"),
+                allowed_member_ids=list(dict.fromkeys(allowed)) if allowed is not None else None,
+            ).returning(*TOOL_COLUMNS))
+            await notify(tx, "tools", ident.org_id)
+    except IntegrityError as exc:
+        raise Conflict(f"a tool named {name!r} already exists in this org", code="tool_exists") from exc
+    assert row is not None
+    return tool_json(row)
+
+
+async def _load(tx: Tx, org_id: str, tool_id: str) -> dict[str, Any]:
+    row = await tx.fetch_one(select(*TOOL_COLUMNS).where(and_(tools.c.id == tool_id, tools.c.org_id == org_id)))
+    if row is None:
+        raise NotFound("no such tool in this org", code="tool_not_found")
+    return row
+
+
+async def list_tools(svc: Services, ident: Identity) -> list[dict[str, Any]]:
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all(select(*TOOL_COLUMNS).where(tools.c.org_id == ident.org_id)
+                                  .order_by(tools.c.name))
+    return [tool_json(r) for r in rows if identity_may_use(ident, r)]
+
+
+async def get_tool(svc: Services, ident: Identity, tool_id: str) -> dict[str, Any]:
+    async with svc.db.tx() as tx:
+        row = await _load(tx, ident.org_id, tool_id)
+    if not identity_may_use(ident, row):
+        raise NotFound("no such tool in this org", code="tool_not_found")
+    return tool_json(row)
+
+
+async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    require_manager(ident)
+    allowed_keys = {"name", "base_url", "bindings", "project_id", "allowed_member_ids"}
+    unknown = set(body) - allowed_keys
+    if unknown:
+        raise BadRequest(f"unknown fields {sorted(unknown)}; a tool has {sorted(allowed_keys)}", code="invalid_field")
+    values: dict[str, Any] = {}
+    if "name" in body:
+        values["name"] = _check_name(body["name"])
+    if "base_url" in body:
+        base_url, host, hostname = parse_base_url(body["base_url"])
+        await check_ssrf(svc, hostname)
+        values.update(base_url=base_url, host=host)
+    try:
+        async with svc.db.tx() as tx:
+            await _load(tx, ident.org_id, tool_id)
+            if "bindings" in body:
+                values["bindings"] = [b.to_json() for b in await validate_bindings(svc, tx, ident.org_id,
+                                                                                   body["bindings"])]
+            if "project_id" in body or "allowed_member_ids" in body:
+                await _check_scope(tx, ident.org_id, body.get("project_id"), body.get("allowed_member_ids"))
+            if "project_id" in body:
+                values["project_id"] = body["project_id"]
+            if "allowed_member_ids" in body:
+                allowed = body["allowed_member_ids"]
+                values["allowed_member_ids"] = list(dict.fromkeys(allowed)) if allowed is not None else None
+            values["updated_at"] = func.now()
+            row = await tx.fetch_one(update(tools).where(and_(tools.c.id == tool_id, tools.c.org_id == ident.org_id))
+                                     .values(**values).returning(*TOOL_COLUMNS))
+            await notify(tx, "tools", ident.org_id)
+    except IntegrityError as exc:
+        raise Conflict(f"a tool named {values.get('name')!r} already exists in this org", code="tool_exists") from exc
+    assert row is not None
+    return tool_json(row)
+
+
+async def delete_tool(svc: Services, ident: Identity, tool_id: str) -> None:
+    require_manager(ident)
+    async with svc.db.tx() as tx:
+        n = await tx.execute(delete(tools).where(and_(tools.c.id == tool_id, tools.c.org_id == ident.org_id)))
+        if not n:
+            raise NotFound("no such tool in this org", code="tool_not_found")
+        await notify(tx, "tools", ident.org_id)

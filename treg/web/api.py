@@ -1,0 +1,145 @@
+"""The management API (``/api/v1``): thin handlers that turn HTTP into calls of the domain modules."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from treg import deny_rules, secrets_store, tenancy, tools
+from treg.context import Services
+from treg.errors import BadRequest
+from treg.keys import SERVICES
+from treg.tenancy import Identity
+from treg.web.jsonio import json_response, read_json_object
+
+routes = web.RouteTableDef()
+
+
+async def identify(request: web.Request) -> tuple[Services, Identity]:
+    svc = request.app[SERVICES]
+    ident = await tenancy.authenticate(svc, request.headers.get("X-Treg-Token"), request.headers.get("X-Treg-Org"))
+    return svc, ident
+
+
+@routes.get("/api/v1/me")
+async def me(request: web.Request) -> web.Response:
+    _, ident = await identify(request)
+    return json_response({"org_id": ident.org_id, "org_slug": ident.org_slug, "member_id": ident.member_id,
+                          "role": ident.role, "email": ident.email,
+                          "project_ids": list(ident.project_ids) if ident.project_ids is not None else None})
+
+
+@routes.post("/api/v1/members")
+async def add_member(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await tenancy.add_member(svc, ident, await read_json_object(request)), status=201)
+
+
+@routes.get("/api/v1/members")
+async def list_members(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"members": await tenancy.list_members(svc, ident)})
+
+
+@routes.post("/api/v1/tokens")
+async def create_token(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    body = await read_json_object(request) if request.can_read_body else {}
+    member_id = body.get("member_id")
+    if member_id is not None and not isinstance(member_id, str):
+        raise BadRequest("member_id must be a string", code="invalid_member")
+    return json_response(await tenancy.create_token(svc, ident, member_id), status=201)
+
+
+@routes.get("/api/v1/tokens")
+async def list_tokens(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"tokens": await tenancy.list_tokens(svc, ident)})
+
+
+@routes.delete("/api/v1/tokens/{token_id}")
+async def revoke_token(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    await tenancy.revoke_token(svc, ident, request.match_info["token_id"])
+    return web.Response(status=204)
+
+
+@routes.post("/api/v1/projects")
+async def create_project(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await tenancy.create_project(svc, ident, await read_json_object(request)), status=201)
+
+
+@routes.get("/api/v1/projects")
+async def list_projects(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"projects": await tenancy.list_projects(svc, ident)})
+
+
+@routes.post("/api/v1/secrets")
+async def create_secret(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await secrets_store.create_secret(svc, ident, await read_json_object(request)), status=201)
+
+
+@routes.get("/api/v1/secrets")
+async def list_secrets(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"secrets": await secrets_store.list_secrets(svc, ident)})
+
+
+@routes.delete("/api/v1/secrets/{secret_id}")
+async def delete_secret(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    await secrets_store.delete_secret(svc, ident, request.match_info["secret_id"])
+    return web.Response(status=204)
+
+
+@routes.post("/api/v1/tools")
+async def create_tool(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await tools.create_tool(svc, ident, await read_json_object(request)), status=201)
+
+
+@routes.get("/api/v1/tools")
+async def list_tools(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"tools": await tools.list_tools(svc, ident)})
+
+
+@routes.get("/api/v1/tools/{tool_id}")
+async def get_tool(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await tools.get_tool(svc, ident, request.match_info["tool_id"]))
+
+
+@routes.patch("/api/v1/tools/{tool_id}")
+async def update_tool(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await tools.update_tool(svc, ident, request.match_info["tool_id"],
+                                                 await read_json_object(request)))
+
+
+@routes.delete("/api/v1/tools/{tool_id}")
+async def delete_tool(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    await tools.delete_tool(svc, ident, request.match_info["tool_id"])
+    return web.Response(status=204)
+
+
+@routes.post("/api/v1/deny-rules")
+async def create_deny_rule(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await deny_rules.create_rule(svc, ident, await read_json_object(request)), status=201)
+
+
+@routes.get("/api/v1/deny-rules")
+async def list_deny_rules(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"deny_rules": await deny_rules.list_rules(svc, ident)})
+
+
+@routes.delete("/api/v1/deny-rules/{rule_id}")
+async def delete_deny_rule(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    await deny_rules.delete_rule(svc, ident, request.match_info["rule_id"])
+    return web.Response(status=204)
