@@ -17,10 +17,11 @@ logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
-def pg_base() -> str:
+def pg_base():
     base = testing.base_dsn()
     testing.prepare_template(base)
-    return base
+    yield base
+    testing.drop_template(base)
 
 
 @pytest.fixture

@@ -20,7 +20,9 @@ import psycopg2.extensions
 from treg.infra import crypto, embedded_pg, migrate
 from treg.settings import SecretStr, Settings, load
 
-TEMPLATE_DB = "treg_test_template"
+def template_db() -> str:
+    # one template per test session: parallel sessions on one server must not drop each other's
+    return f"treg_test_template_{os.getpid()}"
 
 
 # -- databases ---------------------------------------------------------------------------------------
@@ -53,11 +55,20 @@ def prepare_template(base: str) -> None:
     conn = _admin(base)
     try:
         with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
-            cur.execute(f'CREATE DATABASE "{TEMPLATE_DB}"')
+            cur.execute(f'DROP DATABASE IF EXISTS "{template_db()}" WITH (FORCE)')
+            cur.execute(f'CREATE DATABASE "{template_db()}"')
     finally:
         conn.close()
-    migrate.upgrade(dsn_for(base, TEMPLATE_DB))
+    migrate.upgrade(dsn_for(base, template_db()))
+
+
+def drop_template(base: str) -> None:
+    conn = _admin(base)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{template_db()}" WITH (FORCE)')
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager
@@ -67,7 +78,7 @@ def fresh_database(base: str) -> Iterator[str]:
     conn = _admin(base)
     try:
         with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db()}"')
         yield dsn_for(base, name)
     finally:
         with conn.cursor() as cur:
