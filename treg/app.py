@@ -17,7 +17,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from treg import plugins
 from treg.context import Services
-from treg.infra import crypto, migrate
+from treg.infra import crypto, migrate, upstream
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
@@ -43,18 +43,6 @@ class AccessLogger(AbstractAccessLogger):
     @property
     def enabled(self) -> bool:
         return self.logger.isEnabledFor(logging.INFO)
-
-
-def upstream_session(settings: Settings, resolver: aiohttp.abc.AbstractResolver | None = None) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=settings.upstream_pool_size, limit_per_host=0, resolver=resolver,
-                                     ttl_dns_cache=None, use_dns_cache=False, enable_cleanup_closed=True,
-                                     keepalive_timeout=30)
-    timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_connect_timeout_s,
-                                    sock_read=settings.upstream_read_timeout_s)
-    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
-                                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-                                 cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False, trust_env=False,
-                                 requote_redirect_url=False)
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
@@ -84,7 +72,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
             closer = await setup(app, svc)
             if closer is not None:
                 closers.append(closer)
-        session = upstream_session(settings, svc.resolver)
+        session = upstream.create_session(settings, svc.resolver)
         svc.client = session
         app[CLIENT] = session
         yield

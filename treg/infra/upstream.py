@@ -1,0 +1,143 @@
+"""Upstream I/O: the one shared aiohttp ClientSession and a faithful send.
+
+What the session must never do on its own: decompress (``auto_decompress=False``), follow redirects,
+add headers the caller did not send (``skip_auto_headers``; no ``Content-Length: 0`` on a bodyless
+POST: :class:`FaithfulRequest`), re-quote the URL (``yarl.URL(..., encoded=True)``), keep cookies.
+aiohttp errors are mapped to :class:`~treg.errors.GatewayFailed` here, never leaking to handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable
+
+import aiohttp
+from aiohttp.client_reqrep import ClientRequest
+from yarl import URL
+
+from treg.errors import GatewayFailed, TregError
+from treg.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class FaithfulRequest(ClientRequest):
+    """aiohttp's request, minus the ``Content-Length: 0`` it adds to a bodyless POST/PUT/PATCH/DELETE:
+    a request the caller sent without a body goes upstream without body framing."""
+
+    def update_body_from_data(self, body: Any, _stacklevel: int = 3) -> None:
+        if body is None:
+            self._body = None
+            return
+        super().update_body_from_data(body, _stacklevel=_stacklevel + 1)
+
+
+def create_session(settings: Settings, resolver: aiohttp.abc.AbstractResolver | None = None) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=settings.upstream_pool_size, limit_per_host=0, resolver=resolver,
+                                     use_dns_cache=False, enable_cleanup_closed=True, keepalive_timeout=30)
+    timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_connect_timeout_s,
+                                    sock_read=settings.upstream_read_timeout_s)
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
+                                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                                 cookie_jar=aiohttp.DummyCookieJar(), raise_for_status=False, trust_env=False,
+                                 requote_redirect_url=False, request_class=FaithfulRequest)
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    method: str
+    url: str  # fully encoded, exactly what goes on the request line (plus scheme/host)
+    headers: tuple[tuple[str, str], ...]
+    #: None: no body at all; bytes: a buffered body; else an async iterable streamed through
+    body: bytes | AsyncIterable[bytes] | None = None
+
+
+class CloseOnce:
+    """The one close of an upstream response, shared by the body iterator and the handler's cleanup:
+    a full read releases the connection for reuse; anything else (disconnect, error, cancellation)
+    closes it. Whichever comes first wins; later calls are no-ops."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.closed = False
+        self.reused: bool | None = None
+        self.calls = 0
+
+    def close(self, *, complete: bool = False) -> None:
+        self.calls += 1
+        if self.closed:
+            return
+        self.closed = True
+        self.reused = complete
+        if complete:
+            self._resp.release()
+        else:
+            self._resp.close()
+
+
+@dataclass(frozen=True)
+class UpstreamResponse:
+    status: int
+    reason: str
+    headers: tuple[tuple[str, str], ...]
+    body: AsyncIterator[bytes]
+    closer: CloseOnce = field(repr=False)
+
+    def close(self, *, complete: bool = False) -> None:
+        self.closer.close(complete=complete)
+
+
+def map_client_error(exc: BaseException, url: str) -> TregError:
+    """An aiohttp failure as a treg 502 with a sentence; an SSRF refusal raised by our resolver is
+    unwrapped so the caller sees what treg refused and why."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, TregError):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+        if cause is exc:
+            break
+    host = URL(url, encoded=True).host
+    if isinstance(exc, asyncio.TimeoutError):
+        return GatewayFailed(f"the upstream {host} did not answer in time", code="upstream_timeout")
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return GatewayFailed(f"the upstream host {host} could not be resolved", code="dns_failed")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return GatewayFailed(f"could not connect to the upstream {host}", code="upstream_unreachable")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return GatewayFailed(f"the upstream {host} closed the connection without answering",
+                             code="upstream_disconnected")
+    if isinstance(exc, aiohttp.InvalidURL):
+        return GatewayFailed(f"the upstream URL is not valid: {exc}", code="invalid_upstream_url", blame="caller")
+    return GatewayFailed(f"the upstream {host} failed: {type(exc).__name__}", code="upstream_unreachable")
+
+
+async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce, chunk: int) -> AsyncIterator[bytes]:
+    complete = False
+    try:
+        async for data in resp.content.iter_chunked(chunk):
+            yield data
+        complete = True
+    except aiohttp.ClientError as exc:
+        raise GatewayFailed(f"the upstream stream broke mid-answer: {type(exc).__name__}",
+                            code="upstream_stream_error") from exc
+    finally:
+        closer.close(complete=complete)
+
+
+async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: int = 64 * 1024,
+               on_connect: Callable[[], Awaitable[None]] | None = None) -> UpstreamResponse:
+    """Send ``req`` and return as soon as the status line and headers arrived; the body streams."""
+    try:
+        resp = await session.request(req.method, URL(req.url, encoded=True), headers=list(req.headers),
+                                     data=req.body, allow_redirects=False, compress=None)
+    except TregError:
+        raise
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+        raise map_client_error(exc, req.url) from exc
+    closer = CloseOnce(resp)
+    headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers)
+    return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,
+                            body=_iterate(resp, closer, chunk), closer=closer)
