@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Boolean, Column, DateTime, ForeignKey, Index, Integer, LargeBinary, MetaData,
-                        String, Table, Text, UniqueConstraint, func, text)
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, Column, Date, DateTime, ForeignKey, Index, Integer,
+                        LargeBinary, MetaData, PrimaryKeyConstraint, String, Table, Text, UniqueConstraint, func, text)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData(naming_convention={
@@ -141,4 +141,103 @@ calls = Table(
     Column("error_response", JSONB, nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
+)
+
+
+# -- money (treg/money, docs/money.md) -----------------------------------------------------------------
+
+org_balances = Table(
+    # One row per org, updated in the same transaction as every hold/settle/release/grant: its row lock
+    # serialises all money writes of the org, so two calls can never both spend the last credit.
+    "org_balances", metadata,
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    Column("granted_micro", BigInteger, nullable=False, server_default=text("0")),  # grants + trial
+    Column("settled_micro", BigInteger, nullable=False, server_default=text("0")),
+    Column("held_micro", BigInteger, nullable=False, server_default=text("0")),  # sum of open holds
+    Column("trial_micro", BigInteger, nullable=False, server_default=text("0")),  # the trial part of granted
+    Column("daily_cap_micro", BigInteger, nullable=True),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("held_micro >= 0 AND settled_micro >= 0", name="non_negative"),
+    CheckConstraint("granted_micro >= settled_micro + held_micro", name="covered"),
+)
+
+credit_grants = Table(
+    "credit_grants", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", String(16), nullable=False),  # grant | trial
+    Column("amount_micro", BigInteger, nullable=False),
+    Column("actor", String(200), nullable=False),
+    Column("note", Text, nullable=True),
+    _created(),
+    Index("ix_credit_grants_org_id_created_at", "org_id", "created_at"),
+)
+
+holds = Table(
+    "holds", metadata,
+    Column("id", String(200), primary_key=True),  # the call id
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", String(40), nullable=True),
+    Column("tag", String(200), nullable=True),
+    Column("day", Date, nullable=False),  # UTC day the hold was placed: the day its spend counts toward
+    Column("amount_micro", BigInteger, nullable=False),
+    Column("state", String(16), nullable=False, server_default=text("'held'")),
+    Column("settled_micro", BigInteger, nullable=False, server_default=text("0")),
+    _created(),
+    Column("closed_at", DateTime(timezone=True), nullable=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("state IN ('held', 'settled', 'released')", name="state"),
+    CheckConstraint("amount_micro > 0 AND settled_micro >= 0 AND settled_micro <= amount_micro", name="amounts"),
+    Index("ix_holds_org_id_created_at", "org_id", "created_at"),
+    Index("ix_holds_expires_at_open", "expires_at", postgresql_where=text("state = 'held'")),
+)
+
+money_daily = Table(
+    # Spend per UTC day: scope '*' is the whole org, otherwise a member id (member caps).
+    "money_daily", metadata,
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("scope", String(40), nullable=False),
+    Column("spent_micro", BigInteger, nullable=False, server_default=text("0")),
+    Column("held_micro", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("org_id", "day", "scope"),
+)
+
+member_caps = Table(
+    "member_caps", metadata,
+    Column("member_id", String(40), ForeignKey("members.id", ondelete="CASCADE"), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("daily_cap_micro", BigInteger, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+tag_budgets = Table(
+    # Lifetime spend per tag (X-Treg-Tag), and its budget when one is set.
+    "tag_budgets", metadata,
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("tag", String(200), nullable=False),
+    Column("budget_micro", BigInteger, nullable=True),
+    Column("spent_micro", BigInteger, nullable=False, server_default=text("0")),
+    Column("held_micro", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("org_id", "tag"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys", metadata,
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("label", String(255), nullable=False),
+    Column("digest", String(64), nullable=False),  # of method, endpoint, query and body bytes
+    Column("state", String(16), nullable=False),  # in_progress | done
+    Column("claim_id", String(40), nullable=False),  # who owns an in-progress claim
+    Column("call_id", String(200), nullable=True),
+    Column("status", Integer, nullable=True),
+    Column("headers", JSONB, nullable=True),  # [[name, value], ...]
+    Column("body", LargeBinary, nullable=True),
+    _created(),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("org_id", "label"),
+    CheckConstraint("state IN ('in_progress', 'done')", name="state"),
+    Index("ix_idempotency_keys_expires_at", "expires_at"),
 )
