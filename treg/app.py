@@ -17,7 +17,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from treg import plugins
 from treg.context import Services
-from treg.infra import crypto, migrate, upstream
+from treg.infra import crypto, dns, migrate, upstream
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
@@ -30,7 +30,7 @@ log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = ()
+COMPONENTS: tuple[Any, ...] = (dns.setup,)
 
 
 class AccessLogger(AbstractAccessLogger):
