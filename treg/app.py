@@ -23,14 +23,15 @@ from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
 from treg.keys import CLIENT, SERVICES, SETTINGS
 from treg.settings import Settings
-from treg.web import api
+from treg.call import runtime as call_runtime
+from treg.web import api, call as call_routes
 from treg.web.middlewares import error_middleware
 
 log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup,)
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup)
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -88,4 +89,5 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
 
     app.router.add_get("/healthz", healthz)
     app.router.add_routes(api.routes)
+    app.router.add_routes(call_routes.routes)
     return app

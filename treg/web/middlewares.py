@@ -8,6 +8,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from treg.errors import TregError
+from treg.keys import ERROR_HEADERS
 from treg.web.jsonio import dumps
 
 log = logging.getLogger("treg.web")
@@ -30,7 +31,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except TregError as exc:
-        return error_response(exc, extra_headers=request.get("treg_error_headers"))
+        return error_response(exc, extra_headers=request.get(ERROR_HEADERS))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -39,9 +40,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status == 405:
             detail = f"{request.method} is not allowed on {request.path}"
         err = TregError(detail, code=code, status=exc.status, blame="caller")
-        return error_response(err, extra_headers=request.get("treg_error_headers"))
+        return error_response(err, extra_headers=request.get(ERROR_HEADERS))
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
         err = TregError("treg failed unexpectedly; the error was logged", code="internal_error", status=500,
                         blame="treg")
-        return error_response(err, extra_headers=request.get("treg_error_headers"))
+        return error_response(err, extra_headers=request.get(ERROR_HEADERS))

@@ -1,0 +1,127 @@
+"""In-process caches for what rarely changes (identities, tools, deny rules, secrets) that stay
+correct when another treg process on the same database changes the data.
+
+Writes call ``tenancy.notify(tx, kind, org_id)``, which PostgreSQL delivers on commit to every
+process LISTENing on ``treg_changes``; the listener drops that org's entries. If the listening
+connection is lost, every cache is cleared and bypassed until it is back, so a missed notification
+can never serve stale data. As a second guard every entry also expires after ``TREG_CACHE_TTL_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+
+import aiopg
+import psycopg2
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CHANNEL = "treg_changes"
+
+
+class OrgCache(Generic[T]):
+    """key → value, each entry tagged with its org so an org's change drops exactly its entries."""
+
+    def __init__(self, name: str, ttl_s: float, max_entries: int = 10_000) -> None:
+        self.name = name
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self.enabled = False  # only while the listener is connected
+        self._data: dict[Hashable, tuple[float, str, T]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> T | None:
+        if not self.enabled:
+            return None
+        item = self._data.get(key)
+        if item is None or item[0] < time.monotonic():
+            self.misses += 1
+            return None
+        self.hits += 1
+        return item[2]
+
+    def put(self, key: Hashable, value: T, *, org_id: str) -> None:
+        if not self.enabled:
+            return
+        if len(self._data) >= self.max_entries:
+            self._data.clear()  # crude but bounded; refilled on demand
+        self._data[key] = (time.monotonic() + self.ttl_s, org_id, value)
+
+    def drop_org(self, org_id: str) -> None:
+        for key in [k for k, (_, org, _) in self._data.items() if org == org_id]:
+            self._data.pop(key, None)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    async def get_or_load(self, key: Hashable, org_id: str, load: Callable[[], Awaitable[T]]) -> T:
+        value = self.get(key)
+        if value is None:
+            value = await load()
+            self.put(key, value, org_id=org_id)
+        return value
+
+
+class ChangeListener:
+    """One dedicated connection LISTENing for changes; drops cache entries as they arrive."""
+
+    def __init__(self, dsn: str, caches: list[OrgCache[Any]]) -> None:
+        self._dsn = dsn
+        self._caches = caches
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.connected = asyncio.Event()
+
+    def _set_enabled(self, enabled: bool) -> None:
+        for cache in self._caches:
+            cache.clear()
+            cache.enabled = enabled
+
+    def _apply(self, payload: str) -> None:
+        kind, _, org_id = payload.partition(":")
+        for cache in self._caches:
+            cache.drop_org(org_id)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="treg-cache-listener")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.connected.wait(), 5)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self._set_enabled(False)
+
+    async def _run(self) -> None:
+        backoff = 0.2
+        while not self._stopping:
+            try:
+                async with aiopg.connect(self._dsn) as conn:
+                    async with conn.cursor() as cur:
+                        await cur.execute(f"LISTEN {CHANNEL}")
+                    self._set_enabled(True)
+                    self.connected.set()
+                    backoff = 0.2
+                    while True:
+                        msg = await conn.notifies.get()
+                        self._apply(msg.payload)
+            except asyncio.CancelledError:
+                raise
+            except (psycopg2.Error, OSError) as exc:
+                log.warning("cache listener lost its connection (%s); caches bypassed until it is back",
+                            type(exc).__name__)
+            except Exception:
+                log.exception("cache listener failed; caches bypassed until it is back")
+            self.connected.clear()
+            self._set_enabled(False)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)

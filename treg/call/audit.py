@@ -1,0 +1,107 @@
+"""The audit writer: call records (and token last-use times) written in batches, none lost.
+
+A call never waits on an audit INSERT: records are queued and a background task writes them in one
+multi-row INSERT every ``TREG_AUDIT_FLUSH_MS`` (or sooner when many are waiting). On a clean shutdown
+``close()`` writes everything still queued. A failed write is retried; a row is dropped only if it
+cannot be written after several attempts (logged, without its evidence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from typing import Any
+
+from sqlalchemy import func, insert, update
+
+from treg.call.types import CallRecord
+from treg.context import Services
+from treg.errors import TregError
+from treg.infra.schema import calls, tokens
+
+log = logging.getLogger(__name__)
+
+_COLUMNS = {c.name for c in calls.columns} - {"created_at"}
+BATCH_MAX = 500
+
+
+class AuditWriter:
+    def __init__(self, svc: Services) -> None:
+        self._svc = svc
+        self._queue: list[CallRecord] = []
+        self._touched: set[str] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.written = 0
+        self._flush_lock = asyncio.Lock()
+
+    def record(self, rec: CallRecord) -> None:
+        self._queue.append(rec)
+        if len(self._queue) >= BATCH_MAX:
+            self._wake.set()
+
+    def touch_token(self, token_id: str) -> None:
+        self._touched.add(token_id)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="treg-audit-writer")
+
+    async def _run(self) -> None:
+        interval = max(self._svc.settings.audit_flush_ms, 1) / 1000
+        while not self._closing:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        async with self._flush_lock:
+            attempts = 0
+            while self._queue or self._touched:
+                batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
+                touched, self._touched = self._touched, set()
+                try:
+                    async with self._svc.db.tx() as tx:
+                        if batch:
+                            await tx.execute(insert(calls).values([_row(r) for r in batch]))
+                        if touched:
+                            await tx.execute(update(tokens).where(tokens.c.id.in_(sorted(touched)))
+                                             .values(last_used_at=func.now()))
+                    self.written += len(batch)
+                    attempts = 0
+                except TregError as exc:
+                    attempts += 1
+                    self._queue[:0] = batch
+                    self._touched |= touched
+                    if attempts >= 5:
+                        log.error("audit write failed %d times (%s); dropping %d records", attempts, exc.code,
+                                  len(batch))
+                        del self._queue[:len(batch)]
+                        return
+                    await asyncio.sleep(0.05 * attempts)
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        await self.flush()
+
+
+def _row(rec: CallRecord) -> dict[str, Any]:
+    data = dataclasses.asdict(rec)
+    return {k: v for k, v in data.items() if k in _COLUMNS}
+
+
+async def prune_evidence(svc: Services) -> int:
+    """Drop failed-call evidence older than the retention setting (the audit rows stay)."""
+    async with svc.db.tx() as tx:
+        return await tx.execute(
+            "UPDATE calls SET error_request = NULL, error_response = NULL "
+            "WHERE (error_request IS NOT NULL OR error_response IS NOT NULL) "
+            "AND created_at < now() - make_interval(days => %(days)s)",
+            {"days": svc.settings.evidence_retention_days})

@@ -1,0 +1,84 @@
+"""Which headers cross the relay, in each direction (the seed's _DROP_REQUEST / _DROP_RESPONSE)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "te", "trailers", "trailer",
+                        "transfer-encoding", "upgrade", "proxy-connection", "proxy-authenticate",
+                        "proxy-authorization"})
+#: treg's control/infra headers and edge forwarding headers: never reach an upstream
+CONTROL = frozenset({"x-treg-token", "x-treg-org", "ngrok-skip-browser-warning", "x-real-ip", "forwarded", "via"})
+#: treg's own cookies: scrubbed from a caller's Cookie, and an upstream may not set them
+TREG_COOKIES = frozenset({"treg_session", "treg_oauth_state"})
+
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
+SANDBOX = ("Content-Security-Policy", "sandbox")
+
+
+def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    """Header names a peer marked hop-by-hop in its Connection header (RFC 7230 §6.1)."""
+    out: set[str] = set()
+    for k, v in headers:
+        if k.lower() == "connection":
+            out.update(t.strip().lower() for t in v.split(",") if t.strip())
+    return out
+
+
+def _is_dropped(name: str, listed: set[str]) -> bool:
+    n = name.lower()
+    return (n in HOP_BY_HOP or n in CONTROL or n in listed or n.startswith("x-treg-") or n.startswith("proxy-")
+            or n.startswith("x-forwarded-"))
+
+
+def scrub_cookie(value: str) -> str | None:
+    """The Cookie header without treg's own cookies (others kept verbatim, in order)."""
+    kept = [part for part in value.split(";")
+            if part.strip() and part.strip().split("=", 1)[0].strip() not in TREG_COOKIES]
+    if not kept:
+        return None
+    return ";".join(kept).strip()
+
+
+def request_headers(raw: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The caller's headers that go upstream: order and duplicates kept, hop-by-hop and control dropped."""
+    raw = list(raw)
+    listed = connection_tokens(raw)
+    out = []
+    for k, v in raw:
+        if _is_dropped(k, listed):
+            continue
+        if k.lower() == "cookie":
+            scrubbed = scrub_cookie(v)
+            if scrubbed is None:
+                continue
+            v = scrubbed
+        out.append((k, v))
+    return out
+
+
+def _sets_treg_cookie(value: str) -> bool:
+    name = value.split("=", 1)[0].strip()
+    return name in TREG_COOKIES
+
+
+def response_headers(raw: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The upstream's headers the caller gets: every one (both Set-Cookie lines, Content-Length kept)
+    minus hop-by-hop framing, X-Treg-*, treg's cookie names; plus nosniff and CSP sandbox."""
+    raw = list(raw)
+    listed = connection_tokens(raw)
+    out = []
+    for k, v in raw:
+        n = k.lower()
+        if n == "content-length":
+            out.append((k, v))
+            continue
+        if n in HOP_BY_HOP or n in listed or n.startswith("x-treg-") or n == "x-content-type-options":
+            continue
+        if n == "set-cookie" and _sets_treg_cookie(v):
+            continue
+        out.append((k, v))
+    out.append(NOSNIFF)
+    out.append(SANDBOX)  # beside any upstream policy: browsers enforce both
+    return out
+

@@ -1,0 +1,173 @@
+"""Relay stage: turn a resolved target into the exact upstream request, injecting credentials.
+
+relay alters only three things (the seed's faithful-relay contract): hop-by-hop headers (re-derived
+per hop; the caller's Content-Length is carried), treg's control headers and cookies (dropped), and
+the injected credentials (each binding overwrites only its own target). Everything else is verbatim:
+method, raw path, every query pair in order with duplicates, headers with duplicates, body bytes.
+A JSON binding is the one exception that buffers and reserializes the body.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, AsyncIterable
+
+from multidict import CIMultiDict
+from sqlalchemy import and_, select
+
+from treg.bindings import Binding, OutgoingRequest
+from treg.call import headers as hdr
+from treg.call.types import CallInput, ResolvedTarget
+from treg.context import Services
+from treg.errors import BadRequest, GatewayFailed
+from treg.infra.crypto import DecryptError
+from treg.infra.schema import secrets
+from treg.infra.upstream import UpstreamRequest
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    request: UpstreamRequest
+    #: every credential value injected (for evidence redaction), never logged
+    secret_values: tuple[str, ...]
+    body_kept: bool  # the body is buffered bytes (evidence may keep it)
+
+
+async def org_secret_rows(svc: Services, org_id: str) -> dict[str, dict[str, Any]]:
+    """The org's encrypted secret rows by id (cached; decrypted only at injection)."""
+    async def load() -> dict[str, dict[str, Any]]:
+        async with svc.db.tx() as tx:
+            rows = await tx.fetch_all(select(secrets.c.id, secrets.c.org_id, secrets.c.blob, secrets.c.is_json,
+                                             secrets.c.provider, secrets.c.created_at)
+                                      .where(secrets.c.org_id == org_id))
+        return {r["id"]: r for r in rows}
+
+    cache = svc.extras.get("secrets_cache")
+    if cache is None:
+        return await load()
+    return await cache.get_or_load(("secrets", org_id), org_id, load)
+
+
+def _secret_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any]]) -> str:
+    if binding.platform_setting:
+        value = svc.settings.platform_value(binding.platform_setting)
+        if value is None:
+            raise GatewayFailed(f"this server has no {binding.platform_setting.upper()} configured",
+                                code="platform_setting_missing", blame="treg")
+        return value.reveal()
+    if binding.is_literal:
+        return ""
+    row = rows.get(binding.secret_id or "")
+    if row is None:
+        raise GatewayFailed("a credential this tool binds no longer exists; an admin must fix the tool",
+                            code="secret_missing", blame="org_connection")
+    try:
+        raw = svc.box.decrypt(row["blob"], org_id=row["org_id"], secret_id=row["id"])
+    except DecryptError as exc:
+        raise GatewayFailed(exc.detail, code="secret_undecryptable", blame="treg") from exc
+    if row["is_json"]:
+        data = json.loads(raw)
+        if not binding.secret_field:
+            raise GatewayFailed("the tool binds a JSON secret without secret_field", code="secret_field_missing",
+                                blame="org_connection")
+        value = data.get(binding.secret_field)
+        if not isinstance(value, str):
+            # a non-string field would inject garbage: refuse (fail closed)
+            raise GatewayFailed(f"secret field {binding.secret_field!r} is missing or not a string",
+                                code="secret_field_invalid", blame="org_connection")
+        return value
+    return raw.decode()
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in seen:
+            raise BadRequest(f"the JSON body repeats the key {k!r}; a JSON binding refuses ambiguous bodies",
+                             code="duplicate_json_key")
+        seen[k] = v
+    return seen
+
+
+async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, bytes):
+        if len(body) > limit:
+            raise BadRequest(f"the body is larger than {limit} bytes", code="body_too_large")
+        return body
+    parts, size = [], 0
+    async for chunk in body:
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"the body is larger than {limit} bytes, the most a JSON binding buffers",
+                             code="body_too_large")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def prepare(svc: Services, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
+    headers = CIMultiDict(hdr.request_headers(inp.headers))
+    if "accept-encoding" not in headers:
+        # we relay raw bytes; a caller that asked for no compression must not get any
+        headers["Accept-Encoding"] = "identity"
+    for k, v in target.extra_headers:
+        headers[k] = v
+    out = OutgoingRequest(headers=headers, query=list(target.query))
+    body = inp.body
+    rows: dict[str, dict[str, Any]] = {}
+    if any(b.secret_id for b in target.bindings):
+        rows = await org_secret_rows(svc, target.tool.org_id if target.tool else "")
+    injectors = []
+    for binding in target.bindings:
+        injector = svc.injectors.get(binding.location)
+        if injector is None:  # a plugin was removed since registration: fail closed
+            raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
+                                code="injector_missing", blame="treg")
+        injectors.append((injector, binding))
+    if any(inj.needs_json_body for inj, _ in injectors):
+        raw = await buffer_body(body, svc.settings.json_body_max_bytes)
+        if raw.strip():
+            try:
+                parsed = json.loads(raw, object_pairs_hook=_reject_duplicates)
+            except BadRequest:
+                raise
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise BadRequest(f"this tool injects into a JSON body, and the body is not JSON: {exc}",
+                                 code="invalid_json_body") from exc
+            if not isinstance(parsed, dict):
+                raise BadRequest("this tool injects into a JSON body, which must be a JSON object",
+                                 code="invalid_json_body")
+            out.json_body = parsed
+        else:
+            out.json_body = {}
+    values: list[str] = []
+    for injector, binding in injectors:
+        value = _secret_value(svc, binding, rows)
+        try:
+            injector.inject(out, binding, value)
+        except ValueError as exc:
+            raise GatewayFailed(f"the credential could not be injected: {exc}", code="injection_failed",
+                                blame="org_connection") from exc
+        if value:
+            values.append(value)
+            values.append(binding.render(value))
+    body_kept = isinstance(body, bytes)
+    if out.json_body is not None:
+        body = json.dumps(out.json_body, ensure_ascii=False, separators=(",", ":")).encode()
+        headers["Content-Length"] = str(len(body))
+        if "content-type" not in headers:
+            headers["Content-Type"] = "application/json"
+        body_kept = True
+    elif body is not None:
+        if isinstance(body, bytes):
+            headers["Content-Length"] = str(len(body))
+        elif inp.content_length is not None:
+            # carried, not re-derived: without it the stream would be re-framed chunked
+            headers["Content-Length"] = str(inp.content_length)
+    url = target.upstream_url
+    if out.query:
+        url += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in out.query)
+    return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
+                           tuple(values), body_kept)

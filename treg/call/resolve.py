@@ -1,0 +1,179 @@
+"""Resolve stage: which upstream a call goes to, through which tool.
+
+Two shapes (the seed's "Tool resolution"):
+
+* named: ``/call/<tool>/<path>`` → the org's tool of that name; upstream = base URL + ``/<path>``
+  (no path: the base URL itself, no trailing slash added);
+* URL passthrough: ``/call/https://host/path`` → the org's tools on that host, filtered by what the
+  caller may use, then the longest base-URL prefix on a path-segment boundary. A tie prefers the one
+  provider-backed tool; otherwise 409 naming the colliding tools. Candidates removed only by the ACL
+  give 403 naming just the host.
+
+Both are scoped to the caller's org. A named miss is offered to the catalog (when one is loaded)
+before the 404.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Awaitable, Callable
+from urllib.parse import unquote
+
+from sqlalchemy import and_, select
+
+from treg.bindings import Binding
+from treg.call.types import CallInput, ResolvedTarget, ToolRef
+from treg.context import Services
+from treg.domain.access import tool_usable
+from treg.errors import BadRequest, Conflict, Forbidden, NotFound
+from treg.infra.schema import secrets, tools
+from treg.tenancy import Identity
+
+_PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
+
+#: hook for the catalog: ``async (svc, ident, inp, name, path) -> ResolvedTarget | None`` on a named miss
+CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None], Awaitable[ResolvedTarget | None]]
+
+
+def split_query(raw: str) -> list[tuple[str, str | None]]:
+    """Raw query pairs in order, duplicates and encoding kept (``?flag`` → ``("flag", None)``)."""
+    if not raw:
+        return []
+    out: list[tuple[str, str | None]] = []
+    for seg in raw.split("&"):
+        k, eq, v = seg.partition("=")
+        out.append((k, v if eq else None))
+    return out
+
+
+async def org_tools(svc: Services, org_id: str) -> tuple[ToolRef, ...]:
+    """Every tool of an org (cached; invalidated by LISTEN/NOTIFY on any tool or secret change)."""
+    cache = svc.extras.get("tools_cache")
+
+    async def load() -> tuple[ToolRef, ...]:
+        async with svc.db.tx() as tx:
+            rows = await tx.fetch_all(select(tools).where(tools.c.org_id == org_id))
+            provider_secrets = {r["id"] for r in await tx.fetch_all(
+                select(secrets.c.id).where(and_(secrets.c.org_id == org_id, secrets.c.provider.isnot(None))))}
+        out = []
+        for r in rows:
+            bindings = tuple(Binding.from_json(b) for b in r["bindings"])
+            out.append(ToolRef(id=r["id"], org_id=org_id, name=r["name"], base_url=r["base_url"], host=r["host"],
+                               bindings=bindings, project_id=r["project_id"],
+                               allowed_member_ids=tuple(r["allowed_member_ids"])
+                               if r["allowed_member_ids"] is not None else None,
+                               provider_backed=any(b.secret_id in provider_secrets for b in bindings)))
+        return tuple(out)
+
+    if cache is None:
+        return await load()
+    return await cache.get_or_load(("tools", org_id), org_id, load)
+
+
+def usable(ident: Identity, tool: ToolRef) -> bool:
+    return tool_usable(role=ident.role, member_id=ident.member_id, member_projects=ident.project_ids,
+                       tool_project_id=tool.project_id, allowed_member_ids=tool.allowed_member_ids)
+
+
+def _strip_query(url: str) -> tuple[str, str]:
+    base, _, query = url.partition("?")
+    return base, query
+
+
+def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTarget:
+    base, base_query = _strip_query(tool.base_url)
+    if path is None:
+        upstream = base  # a tool pinned to a full resource relays as-is (no trailing slash)
+    else:
+        upstream = base.rstrip("/") + "/" + path
+    return ResolvedTarget(upstream_url=upstream, query=tuple(split_query(base_query) + split_query(raw_query)),
+                          tool=tool, bindings=tool.bindings, provider=tool.host, credential_tier="tool")
+
+
+def _base_key(tool: ToolRef) -> str:
+    base, _ = _strip_query(tool.base_url)
+    scheme, _, rest = base.partition("://")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme.lower()}://{netloc.rpartition('@')[2].lower()}{slash}{path}".rstrip("/")
+
+
+def prefix_matches(norm: str, base: str) -> bool:
+    """Segment-boundary prefix: .../v1 matches .../v1 and .../v1/x, never .../v10/x."""
+    return norm == base or norm.startswith(base + "/")
+
+
+def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: str, remainder: str,
+                       raw_query: str) -> ResolvedTarget:
+    netloc, slash, path = remainder.partition("/")
+    host = netloc.rpartition("@")[2].lower()
+    if not host:
+        raise BadRequest("the URL after /call/ has no host; use /call/https://api.example.com/path",
+                         code="invalid_target")
+    norm = f"{scheme}://{host}{slash}{path}".rstrip("/")
+    on_host = [t for t in all_tools if t.host == host and _base_key(t).split("://", 1)[0] == scheme]
+    matching = [t for t in on_host if prefix_matches(norm, _base_key(t))]
+    allowed = [t for t in matching if usable(ident, t)]
+    if not allowed:
+        if matching:
+            raise Forbidden(f"you may not use the tools of this org for {host}", code="tool_forbidden",
+                            refused_by="acl")
+        raise NotFound(f"no tool of this org serves {scheme}://{host}{slash}{path.split('/')[0] if path else ''}; "
+                       "register one with POST /api/v1/tools", code="tool_not_found")
+    longest = max(len(_base_key(t)) for t in allowed)
+    best = [t for t in allowed if len(_base_key(t)) == longest]
+    if len(best) > 1:
+        backed = [t for t in best if t.provider_backed]
+        if len(backed) == 1:
+            best = backed
+        else:
+            names = sorted(t.name for t in best)
+            raise Conflict(f"{len(best)} tools serve this URL equally well: {', '.join(names)}; "
+                           f"call one by name: /call/{names[0]}/<path>", code="ambiguous_tool",
+                           candidates=[{"name": t.name, "id": t.id, "base_url": t.base_url} for t in best],
+                           hint=f"/call/{names[0]}/<path>")
+    tool = best[0]
+    upstream = f"{scheme}://{netloc}{slash}{path}"
+    return ResolvedTarget(upstream_url=upstream, query=tuple(split_query(raw_query)), tool=tool,
+                          bindings=tool.bindings, provider=tool.host, credential_tier="tool")
+
+
+def parse_rest(rest: str) -> tuple[str, Any, Any]:
+    """("url", scheme, remainder) or ("named", name, path|None)."""
+    m = _PASSTHROUGH.match(rest)
+    if m:
+        return "url", m.group(1).lower(), m.group(2)
+    name, sep, path = rest.partition("/")
+    return "named", unquote(name), (path if sep else None)
+
+
+async def resolve(svc: Services, ident: Identity, inp: CallInput,
+                  catalog_fallback: CatalogFallback | None = None) -> ResolvedTarget:
+    if any(c in inp.rest for c in "\r\n\0"):
+        raise BadRequest("the call target contains control characters", code="invalid_target")
+    if not inp.rest:
+        raise BadRequest("name a tool: /call/<tool>/<path> or /call/https://host/path", code="invalid_target")
+    shape, a, b = parse_rest(inp.rest)
+    all_tools = await org_tools(svc, ident.org_id)
+    if shape == "url":
+        return passthrough_target(ident, all_tools, a, b, inp.raw_query)
+    name, path = a, b
+    for tool in all_tools:
+        if tool.name == name:
+            return named_target(tool, path, inp.raw_query)
+    if catalog_fallback is not None:
+        target = await catalog_fallback(svc, ident, inp, name, path)
+        if target is not None:
+            return target
+    hint = _near_tool_hint(ident, all_tools, name)
+    raise NotFound(f"no tool named {name!r} in this org", code="tool_not_found", **hint)
+
+
+def _near_tool_hint(ident: Identity, all_tools: tuple[ToolRef, ...], name: str) -> dict[str, Any]:
+    """A dotted operation name sharing its first segment with a usable tool points at that tool."""
+    first = name.split(".", 1)[0]
+    if "." in name:
+        for tool in all_tools:
+            if tool.name == first and usable(ident, tool):
+                return {"hint": f"{first} is a tool of this org: call /call/{first}/<path>",
+                        "did_you_mean": [f"/call/{first}/<path>"]}
+    return {}

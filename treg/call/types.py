@@ -1,0 +1,112 @@
+"""Frozen values passed between the call pipeline's stages (intake → resolve → authorize → reserve →
+relay → settle → evidence). None of them knows about aiohttp."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterable
+
+from treg.bindings import Binding
+
+
+@dataclass(frozen=True)
+class CallInput:
+    """What the caller sent, as the edge saw it (raw path and query: percent-encoding untouched)."""
+
+    call_id: str
+    surface: str  # "call" | "catalog"
+    method: str
+    rest: str  # raw path after /call/ (or /catalog/call/), without the query
+    raw_query: str  # raw query string without '?', '' when none
+    headers: tuple[tuple[str, str], ...]  # every request header, in order, duplicates kept
+    token: str | None
+    org_hint: str | None
+    #: None: the caller sent no body; bytes: buffered (small, decoded, or JSON-bound); else a stream
+    body: bytes | AsyncIterable[bytes] | None
+    content_length: int | None  # the caller's declared length (None when chunked or absent)
+    tag: str | None = None
+    idempotency_key: str | None = None
+    user_agent: str | None = None
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for k, v in self.headers:
+            if k.lower() == lname:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class ToolRef:
+    id: str
+    org_id: str
+    name: str
+    base_url: str
+    host: str
+    bindings: tuple[Binding, ...]
+    project_id: str | None
+    allowed_member_ids: tuple[str, ...] | None
+    #: True when a binding's secret carries a provider (registry-backed; wins a passthrough tie)
+    provider_backed: bool = False
+
+    def as_mapping(self) -> dict[str, Any]:
+        return {"project_id": self.project_id, "allowed_member_ids": self.allowed_member_ids}
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """Where the call goes and with which credentials."""
+
+    upstream_url: str  # scheme://host/path (encoded), no query
+    query: tuple[tuple[str, str | None], ...]  # raw pairs: the base URL's, then the caller's
+    tool: ToolRef | None
+    bindings: tuple[Binding, ...]
+    provider: str | None  # provider identity for events: catalog provider or the tool's host
+    credential_tier: str | None = None  # own | team | anonymous | platform (catalog); "tool" for own tools
+    endpoint_id: str | None = None
+    extra_headers: tuple[tuple[str, str], ...] = ()  # constant headers a provider requires
+    billed: bool = False
+    catalog: Any = None  # the catalog's own frozen target, when the catalog resolved the call
+
+    @property
+    def project_id(self) -> str | None:
+        return self.tool.project_id if self.tool else None
+
+    @property
+    def full_url(self) -> str:
+        if not self.query:
+            return self.upstream_url
+        return self.upstream_url + "?" + "&".join(k if v is None else f"{k}={v}" for k, v in self.query)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One audit row: an attempt, successful or not."""
+
+    id: str
+    org_id: str
+    member_id: str | None
+    surface: str
+    method: str
+    target: str
+    outcome: str
+    status: int | None = None
+    upstream_url: str | None = None
+    tool_id: str | None = None
+    tool_name: str | None = None
+    provider: str | None = None
+    endpoint_id: str | None = None
+    refused_by: str | None = None
+    error_code: str | None = None
+    blame: str | None = None
+    credential_tier: str | None = None
+    cost_micro: int = 0
+    hold_state: str | None = None
+    tag: str | None = None
+    request_bytes: int | None = None
+    response_bytes: int | None = None
+    duration_ms: int | None = None
+    ttfb_ms: int | None = None
+    error_request: dict[str, Any] | None = None
+    error_response: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,152 @@
+"""The call surfaces at the edge: turn an aiohttp request into a CallInput, a CallOutcome into a
+streamed response. Everything in between is plain Python (treg.call.service)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import zlib
+
+from aiohttp import hdrs, web
+
+from treg.call import evidence, service
+from treg.call.types import CallInput
+from treg.errors import BadRequest, TregError
+from treg.ids import new_id
+from treg.keys import ERROR_HEADERS, SERVICES
+
+routes = web.RouteTableDef()
+
+_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/"}
+
+
+class RelayResponse(web.StreamResponse):
+    """A StreamResponse that sends the upstream's headers as they were: it keeps an upstream
+    Content-Length on a bodyless answer (204/304, which aiohttp would drop) and adds no Content-Type
+    or Server header the upstream did not send."""
+
+    def __init__(self, outcome: service.CallOutcome) -> None:
+        super().__init__(status=outcome.status, reason=outcome.reason or None)
+        self._outcome = outcome
+
+    async def _prepare_headers(self) -> None:
+        await super()._prepare_headers()
+        o = self._outcome
+        h = self._headers  # aiohttp keeps them here; there is no public hook after its defaults
+        if o.content_length is not None and hdrs.CONTENT_LENGTH not in h:
+            h[hdrs.CONTENT_LENGTH] = str(o.content_length)
+        if not o.has_content_type:
+            h.popall(hdrs.CONTENT_TYPE, None)
+        if not o.has_server:
+            h.popall(hdrs.SERVER, None)
+
+
+def _decode_body(encoding: str, raw: bytes, limit: int) -> bytes:
+    enc = encoding.strip().lower()
+    if enc == "base64":
+        try:
+            out = base64.b64decode(b"".join(raw.split()), validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise BadRequest("X-Treg-Body-Encoding: base64, but the body is not valid base64",
+                             code="invalid_body_encoding") from exc
+        if len(out) > limit:
+            raise BadRequest(f"the decoded body is larger than {limit} bytes", code="body_too_large")
+        return out
+    if enc == "gzip":
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(raw, limit + 1)
+        except zlib.error as exc:
+            raise BadRequest("X-Treg-Body-Encoding: gzip, but the body is not valid gzip",
+                             code="invalid_body_encoding") from exc
+        if len(out) > limit or d.unconsumed_tail:
+            raise BadRequest(f"the decoded body is larger than {limit} bytes", code="body_too_large")
+        if not d.eof:
+            raise BadRequest("X-Treg-Body-Encoding: gzip, but the gzip stream is truncated",
+                             code="invalid_body_encoding")
+        return out
+    raise BadRequest("X-Treg-Body-Encoding must be base64 or gzip", code="invalid_body_encoding")
+
+
+async def _read_bounded(request: web.Request, limit: int) -> bytes:
+    parts, size = [], 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
+    svc = request.app[SERVICES]
+    raw_path = request.raw_path
+    path, _, query = raw_path.partition("?")
+    rest = path[len(_PREFIXES[surface]):]
+    headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+    declared = request.content_length
+    chunked = "chunked" in request.headers.get(hdrs.TRANSFER_ENCODING, "").lower()
+    body: object
+    encoding = request.headers.get("X-Treg-Body-Encoding")
+    if encoding is not None:
+        limit = svc.settings.body_decode_max_bytes
+        if declared is not None and declared > limit:
+            raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
+        body = _decode_body(encoding, await _read_bounded(request, limit), limit)
+        declared = len(body)  # type: ignore[arg-type]
+    elif declared is None and not chunked:
+        body = None
+    elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
+        body = await request.content.readexactly(declared) if declared else b""
+    else:
+        body = request.content.iter_chunked(64 * 1024)
+    return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
+                     headers=headers, token=request.headers.get("X-Treg-Token"),
+                     org_hint=request.headers.get("X-Treg-Org"), body=body,  # type: ignore[arg-type]
+                     content_length=declared, tag=request.headers.get("X-Treg-Tag"),
+                     idempotency_key=request.headers.get("Idempotency-Key"),
+                     user_agent=request.headers.get("User-Agent"))
+
+
+async def handle(request: web.Request, surface: str) -> web.StreamResponse:
+    svc = request.app[SERVICES]
+    call_id = new_id("call")
+    # the error middleware adds these to any refusal, 401 included
+    request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
+    inp = await intake(request, surface, call_id)
+    fallback = svc.extras.get("catalog_fallback")
+    outcome = await service.execute(svc, inp, catalog_fallback=fallback)
+    resp = RelayResponse(outcome)
+    for k, v in outcome.headers:
+        resp.headers.add(k, v)
+    resp.headers["X-Treg-Call-Id"] = call_id
+    sent = 0
+    error: BaseException | None = None
+    try:
+        await resp.prepare(request)
+        async for chunk in outcome.body:
+            await resp.write(chunk)
+            sent += len(chunk)
+        await resp.write_eof()
+    except TregError as exc:
+        # the upstream broke mid-answer: the headers are gone, so never relabel it as a new error
+        # response; cut the connection so the caller sees a truncated answer, not a complete one
+        error = exc
+        if request.transport is not None:
+            request.transport.close()
+    except BaseException as exc:  # disconnect, cancellation: recorded, then re-raised
+        error = exc
+        raise
+    finally:
+        outcome.response.close()
+        # shielded: a cancelled handler must still write its audit row
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(outcome.finish(sent, error))
+    return resp
+
+
+@routes.route("*", "/call/{rest:.*}")
+async def call(request: web.Request) -> web.StreamResponse:
+    return await handle(request, "call")
