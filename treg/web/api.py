@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg import deny_rules, secrets_store, tenancy, tools
+from treg import calls, deny_rules, secrets_store, tenancy, tools
 from treg.context import Services
 from treg.errors import BadRequest
 from treg.keys import SERVICES
@@ -143,3 +143,15 @@ async def delete_deny_rule(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
     await deny_rules.delete_rule(svc, ident, request.match_info["rule_id"])
     return web.Response(status=204)
+
+
+@routes.get("/api/v1/calls")
+async def list_calls(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response({"calls": await calls.list_calls(svc, ident, request.query.get("limit"))})
+
+
+@routes.get("/api/v1/calls/{call_id}")
+async def get_call(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await calls.get_call(svc, ident, request.match_info["call_id"]))
