@@ -31,8 +31,16 @@ def dsn(pg_base: str):
 
 
 @pytest.fixture
-def settings(tmp_path):
-    return testing.make_settings(tmp_path / "home")
+async def fake_dns():
+    """treg's upstream resolver asks this server on 127.0.0.1 (tests never ask real DNS): unknown
+    names are NXDOMAIN; a test adds ``fake_dns.records["name"] = [("127.0.0.1", ttl)]``."""
+    async with testing.FakeDns() as server:
+        yield server
+
+
+@pytest.fixture
+def settings(tmp_path, fake_dns):
+    return testing.make_settings(tmp_path / "home", dns_nameservers=(fake_dns.nameserver,))
 
 
 @pytest.fixture
@@ -56,3 +64,11 @@ async def owner(client) -> dict[str, Any]:
     org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
     org["headers"] = {"X-Treg-Token": org["token"]}
     return org
+
+
+@pytest.fixture
+async def gateway(aiohttp_client, make_app):
+    """A treg that may relay to 127.0.0.0/8 (tests' upstreams), with org ``acme`` and its owner."""
+    client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
+    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    return testing.Gateway(client, org)
