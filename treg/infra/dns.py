@@ -88,23 +88,21 @@ def parse_nameservers(values: tuple[str, ...] | list[str]) -> list[tuple[str, in
     out: list[tuple[str, int]] = []
     for raw in values:
         text = raw.strip()
-        host, port_text = text, ""
+        host, port_text = text, None
         if text.startswith("["):
-            end = text.find("]")
-            host = text[1:end] if end > 0 else ""
-            rest = text[end + 1:] if end > 0 else "x"
-            if rest:
-                if not rest.startswith(":"):
-                    host = ""
+            host, sep, rest = text[1:].partition("]")
+            if not sep or (rest and not rest.startswith(":")):
+                host = ""  # unbalanced bracket or junk after it
+            elif rest:
                 port_text = rest[1:]
-                if not port_text:
-                    host = ""
         elif text.count(":") == 1:
             host, port_text = text.split(":")
         try:
             addr = ipaddress.ip_address(host)
-            port = int(port_text) if port_text else 53
-            if not 0 < port < 65536 or (port_text and not port_text.isdigit()):
+            if port_text is not None and not (port_text.isascii() and port_text.isdigit()):
+                raise ValueError("bad port")
+            port = int(port_text) if port_text is not None else 53
+            if not 0 < port < 65536:
                 raise ValueError("bad port")
         except ValueError as exc:
             raise ConfigError(f"setting TREG_DNS_NAMESERVERS: {raw!r} is not an `ip` or `ip:port` "
