@@ -94,6 +94,17 @@ class Settings:
     anonymous_providers: tuple[str, ...] = _setting(
         "TREG_ANONYMOUS_PROVIDERS", (), "providers whose `platform_auth: anonymous` endpoints may be called keyless",
         "list")
+    hold_ttl_s: int = _setting(
+        "TREG_HOLD_TTL_S", 3600,
+        "seconds a money hold (and an in-progress Idempotency-Key claim) may stay open before the reaper "
+        "releases it in the caller's favour; must exceed the longest billed call", "int")
+    reaper_interval_s: float = _setting(
+        "TREG_REAPER_INTERVAL_S", 60.0,
+        "seconds between reaper runs (expired holds released, expired idempotency entries pruned); 0: only at "
+        "startup", "float")
+    trial_micro: int = _setting(
+        "TREG_TRIAL_MICRO", 0,
+        "free allowance (micro-USD) granted once to each org, the first time its account is touched", "int")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "
