@@ -52,8 +52,10 @@ def make_app(dsn: str, settings) -> Callable[..., web.Application]:
 
 
 @pytest.fixture
-async def client(aiohttp_client, make_app):
+async def client(make_app, aiohttp_client):
     """A treg served on a real 127.0.0.1 socket (aiohttp's TestServer), with an aiohttp client."""
+    # make_app (so dsn) before aiohttp_client: teardown runs in reverse, so the app closes its pool
+    # before its database is dropped (the other order costs ~1 s per test in pool teardown)
     return await aiohttp_client(make_app())
 
 
@@ -67,8 +69,9 @@ async def owner(client) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def gateway(aiohttp_client, make_app):
+async def gateway(make_app, aiohttp_client):
     """A treg that may relay to 127.0.0.0/8 (tests' upstreams), with org ``acme`` and its owner."""
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
-    return testing.Gateway(client, org)
+    yield testing.Gateway(client, org)
+    await client.close()  # closing here, inside the test's loop, is ~1 s faster than aiohttp_client's teardown
