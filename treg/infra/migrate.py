@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from typing import Any
 
@@ -44,7 +45,33 @@ def _run(dsn: str, fn: Any, *args: Any) -> None:
         raise DatabaseError(f"cannot reach the database to migrate it: {exc}".strip(), code="database_unavailable") from exc
 
 
+@functools.lru_cache(maxsize=1)
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def _current_revision(dsn: str) -> str | None:
+    try:
+        conn = psycopg2.connect(dsn)
+    except psycopg2.OperationalError as exc:
+        raise DatabaseError(f"cannot reach the database to migrate it: {exc}".strip(),
+                            code="database_unavailable") from exc
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('alembic_version') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return None
+            cur.execute("SELECT version_num FROM alembic_version")
+            row = cur.fetchone()
+            return row[0] if row else None
+    finally:
+        conn.close()
+
+
 def upgrade(dsn: str, revision: str = "head") -> None:
+    # an up-to-date database (every start after the first) skips alembic's environment entirely
+    if revision == "head" and _current_revision(dsn) == head_revision():
+        return
     _run(dsn, command.upgrade, revision)
 
 
