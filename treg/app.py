@@ -24,14 +24,16 @@ from treg.infra.ssrf import SsrfPolicy
 from treg.keys import CLIENT, SERVICES, SETTINGS
 from treg.settings import Settings
 from treg.call import runtime as call_runtime
+from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
+from treg.web import money_api
 from treg.web.middlewares import error_middleware
 
 log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup)
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup)
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -90,4 +92,5 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     app.router.add_get("/healthz", healthz)
     app.router.add_routes(api.routes)
     app.router.add_routes(call_routes.routes)
+    app.router.add_routes(money_api.routes)
     return app

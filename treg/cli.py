@@ -150,6 +150,23 @@ def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_credits_grant(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+
+    from treg import money
+
+    amount = args.micro if args.micro is not None else money.usd_to_micro(args.usd)
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        who = str(os.getuid())
+    actor = f"cli:{os.environ.get('SUDO_USER') or who}"
+    result = asyncio.run(_with_services(settings, lambda svc: money.grant_by_slug(
+        svc, slug=args.org, amount_micro=amount, actor=actor, note=args.note)))
+    _print_json(result)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treg", description="treg: a credential-injecting API gateway")
     parser.add_argument("--version", action="version", version=f"treg {__version__}")
@@ -177,6 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sec.add_parser("rotate-key", help="re-encrypt every secret under a new master key")
     p.add_argument("--new-key", help="urlsafe base64 of 32 bytes (default: generate one)")
     p.set_defaults(fn=cmd_rotate_key)
+
+    credits = sub.add_parser("credits", help="org credits (operator)").add_subparsers(dest="credits_command",
+                                                                                       required=True)
+    p = credits.add_parser("grant", help="add credits to an org; prints {org, granted_micro, balance_micro}")
+    p.add_argument("--org", required=True, help="the org's slug")
+    amount = p.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--micro", type=int, help="amount in micro-USD (1 USD = 1000000)")
+    amount.add_argument("--usd", help="amount in USD, at most 6 decimals")
+    p.add_argument("--note", help="why (kept on the audited grant row)")
+    p.set_defaults(fn=cmd_credits_grant)
 
     p = sub.add_parser("settings", help="print the settings table")
     p.set_defaults(fn=cmd_settings)
