@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable
 
@@ -23,9 +24,31 @@ from treg.settings import Settings
 log = logging.getLogger(__name__)
 
 
+#: the exact header list of the request being sent (set by :func:`send` around ``session.request``)
+_EXACT_HEADERS: ContextVar[tuple[tuple[str, str], ...] | None] = ContextVar("treg_exact_headers", default=None)
+
+
 class FaithfulRequest(ClientRequest):
-    """aiohttp's request, minus the ``Content-Length: 0`` it adds to a bodyless POST/PUT/PATCH/DELETE:
-    a request the caller sent without a body goes upstream without body framing."""
+    """aiohttp's request, minus two liberties it takes:
+
+    * the ``Content-Length: 0`` it adds to a bodyless POST/PUT/PATCH/DELETE: a request the caller sent
+      without a body goes upstream without body framing;
+    * the session's header merge, which replaces every earlier value when a duplicate name comes with a
+      different spelling (``X-Multi: 1`` then ``x-multi: 2`` arrived as one ``x-multi: 2``): the headers
+      are taken from :func:`send`'s exact list instead, every pair in order, names as spelled.
+    """
+
+    def update_headers(self, headers: Any) -> None:
+        exact = _EXACT_HEADERS.get()
+        if exact is None:
+            super().update_headers(headers)
+            return
+        super().update_headers(None)  # the Host of the URL
+        for k, v in exact:
+            if k.lower() == "host":
+                self.headers[k] = v
+            else:
+                self.headers.add(k, v)
 
     def update_body_from_data(self, body: Any, _stacklevel: int = 3) -> None:
         if body is None:
@@ -130,6 +153,7 @@ async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce, chunk: int) 
 async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: int = 64 * 1024,
                on_connect: Callable[[], Awaitable[None]] | None = None) -> UpstreamResponse:
     """Send ``req`` and return as soon as the status line and headers arrived; the body streams."""
+    exact = _EXACT_HEADERS.set(tuple(req.headers))
     try:
         resp = await session.request(req.method, URL(req.url, encoded=True), headers=list(req.headers),
                                      data=req.body, allow_redirects=False, compress=None)
@@ -137,6 +161,8 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: i
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
         raise map_client_error(exc, req.url) from exc
+    finally:
+        _EXACT_HEADERS.reset(exact)
     closer = CloseOnce(resp)
     headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers)
     return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,

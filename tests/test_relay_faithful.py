@@ -1,0 +1,228 @@
+"""The faithful relay, request side: what reaches the upstream is what the caller sent, byte for byte,
+except the three things the seed's contract lets relay() alter (hop-by-hop framing, treg's control
+headers and cookies, the injected credentials). Every test goes caller → treg → a raw-socket upstream
+on 127.0.0.1, and most send the call as exact bytes so no client library adds or normalizes anything.
+"""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from treg.testing import http_response, raw_upstream
+
+
+@pytest.fixture
+async def up():
+    async with raw_upstream() as server:
+        yield server
+
+
+@pytest.fixture
+async def tool(gateway, up):
+    return await gateway.tool("up", up.url + "/v1")
+
+
+def names(ex) -> list[str]:
+    return [k.lower() for k, _ in ex.headers]
+
+
+# -- method, path, query ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "MKCOL",
+                                    "REPORT"])
+async def test_method_is_relayed_verbatim(gateway, up, tool, method):
+    r = await gateway.raw(method, "/call/up/res")
+    assert r.status == 200, r.body
+    assert up.last.request_line == f"{method} /v1/res HTTP/1.1"
+
+
+async def test_raw_path_keeps_encoded_slash_and_every_escape(gateway, up, tool):
+    # %2F must not become '/', %7E must not become '~', %41 must not be decoded, '+' stays '+',
+    # a lower-case escape keeps its case
+    target = "/v1/@scope%2Fname/a%20b/%7Euser/%41+x/caf%c3%a9"
+    r = await gateway.raw("PUT", "/call/up" + target[3:], body=b"{}")
+    assert r.status == 200, r.body
+    assert up.last.target == target
+
+
+async def test_url_passthrough_keeps_raw_path_and_query(gateway, up, tool):
+    r = await gateway.raw("GET", f"/call/{up.url}/v1/a%2Fb/c?q=x%20y&q=z&flag")
+    assert r.status == 200, r.body
+    assert up.last.target == "/v1/a%2Fb/c?q=x%20y&q=z&flag"
+
+
+async def test_query_duplicates_and_order_kept(gateway, up, tool):
+    r = await gateway.raw("GET", "/call/up/items?tag=a&z=1&tag=b&a=%2B&tag=a")
+    assert r.status == 200, r.body
+    assert up.last.target == "/v1/items?tag=a&z=1&tag=b&a=%2B&tag=a"
+
+
+async def test_query_flag_without_value_and_empty_value(gateway, up, tool):
+    r = await gateway.raw("GET", "/call/up/items?flag&empty=&x=1")
+    assert r.status == 200, r.body
+    assert up.last.target == "/v1/items?flag&empty=&x=1"
+
+
+async def test_base_url_query_comes_first_then_callers(gateway, up):
+    await gateway.tool("q", up.url + "/rest/images?action=initializeUpload")
+    r = await gateway.raw("POST", "/call/q?b=2&b=3", body=b"x")
+    assert r.status == 200, r.body
+    assert up.last.target == "/rest/images?action=initializeUpload&b=2&b=3"
+    r = await gateway.raw("POST", "/call/q/sub?b=2", body=b"x")
+    assert up.last.target == "/rest/images/sub?action=initializeUpload&b=2"
+    r = await gateway.raw("GET", "/call/q")
+    assert up.last.target == "/rest/images?action=initializeUpload"
+
+
+async def test_no_path_relays_to_the_base_url_itself(gateway, up):
+    await gateway.tool("charges", up.url + "/v1/charges")
+    r = await gateway.raw("GET", "/call/charges")
+    assert r.status == 200, r.body
+    assert up.last.target == "/v1/charges"
+    r = await gateway.raw("GET", "/call/charges?limit=3")
+    assert up.last.target == "/v1/charges?limit=3"
+
+
+async def test_trailing_slash_relays_to_base_plus_slash(gateway, up):
+    await gateway.tool("charges", up.url + "/v1/charges")
+    r = await gateway.raw("GET", "/call/charges/")
+    assert r.status == 200, r.body
+    assert up.last.target == "/v1/charges/"
+
+
+async def test_base_url_without_path(gateway, up):
+    await gateway.tool("root", up.url)
+    await gateway.raw("GET", "/call/root")
+    assert up.last.target == "/"  # HTTP needs a path: the empty base path is the root
+    await gateway.raw("GET", "/call/root/x/y")
+    assert up.last.target == "/x/y"
+
+
+# -- headers ------------------------------------------------------------------------------------------
+
+async def test_duplicate_headers_kept_in_order(gateway, up, tool):
+    sent = [("X-A", "1"), ("X-Multi", "one"), ("X-B", "2"), ("X-Multi", "two"), ("x-multi", "three"),
+            ("Accept", "text/plain"), ("Accept", "application/json")]
+    r = await gateway.raw("GET", "/call/up/h", sent)
+    assert r.status == 200, r.body
+    got = [(k, v) for k, v in up.last.headers if k.lower() in ("x-a", "x-b", "x-multi", "accept")]
+    assert got == sent
+
+
+async def test_header_names_keep_their_case(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h", [("x-lower", "a"), ("X-UPPER", "b"), ("X-MiXeD", "c")])
+    ours = [k for k, _ in up.last.headers if k.lower().startswith("x-")]
+    assert ours == ["x-lower", "X-UPPER", "X-MiXeD"]
+
+
+async def test_cookie_scrubs_treg_cookies_keeps_others(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/c", [("Cookie", "a=1; treg_session=SESS; b=2; treg_oauth_state=ST; c=3")])
+    assert up.last.header_all("Cookie") == ["a=1; b=2; c=3"]
+    assert b"SESS" not in up.last.raw and b"ST;" not in up.last.raw
+
+
+async def test_cookie_of_only_treg_cookies_is_dropped(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/c", [("Cookie", "treg_session=SESS"), ("Cookie", "x=1"),
+                                            ("Cookie", "treg_oauth_state=ST")])
+    assert up.last.header_all("Cookie") == ["x=1"]
+    assert b"SESS" not in up.last.raw
+
+
+async def test_cookie_named_like_treg_cookie_prefix_kept(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/c", [("Cookie", "treg_session_x=keep; my_treg_session=keep2")])
+    assert up.last.header_all("Cookie") == ["treg_session_x=keep; my_treg_session=keep2"]
+
+
+async def test_invented_x_treg_header_never_reaches_upstream(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h", [("X-Treg-Whatever", "secret-ish"), ("x-treg-future-control", "1"),
+                                            ("X-TREG-TAG", "t"), ("X-Treg-Org", "acme"), ("X-Kept", "1")])
+    assert not [k for k in names(up.last) if k.startswith("x-treg-")]
+    assert b"secret-ish" not in up.last.raw
+    assert up.last.header("X-Kept") == "1"
+
+
+async def test_edge_forwarding_headers_dropped(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h", [
+        ("X-Forwarded-For", "1.2.3.4"), ("X-Forwarded-Proto", "https"), ("X-Forwarded-Host", "edge"),
+        ("X-Forwarded-Whatever", "x"), ("Forwarded", "for=1.2.3.4"), ("Via", "1.1 edge"),
+        ("X-Real-IP", "1.2.3.4"), ("ngrok-skip-browser-warning", "1"), ("X-Kept", "1")])
+    got = names(up.last)
+    for h in ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-whatever", "forwarded",
+              "via", "x-real-ip", "ngrok-skip-browser-warning"):
+        assert h not in got
+    assert b"1.2.3.4" not in up.last.raw
+    assert up.last.header("X-Kept") == "1"
+
+
+async def test_hop_by_hop_headers_dropped(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h", [
+        ("Connection", "keep-alive"), ("Keep-Alive", "timeout=5"), ("TE", "trailers"), ("Trailer", "X-T"),
+        ("Upgrade", "h2c"), ("Proxy-Connection", "keep-alive"), ("Proxy-Authorization", "Basic eA=="),
+        ("Proxy-Whatever", "1"), ("X-Kept", "1")])
+    got = names(up.last)
+    for h in ("keep-alive", "te", "trailer", "upgrade", "proxy-connection", "proxy-authorization", "proxy-whatever"):
+        assert h not in got
+    assert "timeout=5" not in up.last.raw.decode("latin-1")
+    assert up.last.header("X-Kept") == "1"
+    assert up.last.header("Host") == f"127.0.0.1:{up.port}"  # re-derived for the upstream hop
+
+
+async def test_headers_named_in_connection_dropped(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h", [("Connection", "X-Hop-One, x-hop-two"), ("Connection", "X-Hop-Three"),
+                                            ("X-Hop-One", "a"), ("X-Hop-Two", "b"), ("X-Hop-Three", "c"),
+                                            ("X-Kept", "1")])
+    got = names(up.last)
+    assert "x-hop-one" not in got and "x-hop-two" not in got and "x-hop-three" not in got
+    assert up.last.header("X-Kept") == "1"
+
+
+async def test_accept_encoding_identity_added_only_when_caller_sent_none(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h")
+    assert up.last.header_all("Accept-Encoding") == ["identity"]
+    await gateway.raw("GET", "/call/up/h", [("Accept-Encoding", "gzip, br")])
+    assert up.last.header_all("Accept-Encoding") == ["gzip, br"]
+    await gateway.raw("GET", "/call/up/h", [("accept-encoding", "")])
+    assert up.last.header_all("Accept-Encoding") == [""]
+
+
+async def test_callers_gzip_answer_relayed_undecoded(gateway, up, tool):
+    payload = gzip.compress(b'{"hello": "world"}' * 50)
+    up.responder = lambda ex: http_response(200, payload, [("Content-Type", "application/json"),
+                                                           ("Content-Encoding", "gzip")])
+    r = await gateway.raw("GET", "/call/up/z", [("Accept-Encoding", "gzip")])
+    assert up.last.header("Accept-Encoding") == "gzip"
+    assert r.status == 200
+    assert r.header("Content-Encoding") == "gzip"
+    assert r.body == payload
+    assert r.header("Content-Length") == str(len(payload))
+
+
+async def test_nothing_added_that_the_caller_did_not_send(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/h")
+    got = names(up.last)
+    assert sorted(got) == ["accept-encoding", "host"], up.last.raw
+    await gateway.raw("POST", "/call/up/h", body=b"\x00\x01raw")
+    got = names(up.last)
+    assert sorted(got) == ["accept-encoding", "content-length", "host"], up.last.raw
+    assert up.last.body == b"\x00\x01raw"
+
+
+async def test_callers_user_agent_accept_and_content_type_kept_verbatim(gateway, up, tool):
+    await gateway.raw("POST", "/call/up/h", [("User-Agent", "agent/1.0"), ("Accept", "*/*; q=0.1"),
+                                             ("Content-Type", "text/x-odd; charset=latin-1")], body=b"a")
+    ex = up.last
+    assert ex.header_all("User-Agent") == ["agent/1.0"]
+    assert ex.header_all("Accept") == ["*/*; q=0.1"]
+    assert ex.header_all("Content-Type") == ["text/x-odd; charset=latin-1"]
+
+
+async def test_aiohttp_client_call_also_faithful(gateway, up, tool):
+    """The same rules through an ordinary HTTP client (what most callers are)."""
+    r = await gateway.call("GET", "/call/up/a%2Fb?x=1&x=2", headers={"X-Treg-Whatever": "1", "X-Kept": "k"})
+    assert r.status == 200
+    assert await r.read() == b"ok"
+    assert up.last.target == "/v1/a%2Fb?x=1&x=2"
+    assert up.last.header("X-Kept") == "k"
+    assert up.last.header("X-Treg-Whatever") is None
