@@ -93,6 +93,7 @@ async def test_abandon_frees_the_label(svc, org_id):
     first = await idempotency.claim(svc, org_id, "k1", D1)
     assert await idempotency.abandon(svc, first) is True
     assert await idempotency.abandon(svc, first) is False
+    assert await idempotency.abandon(svc, None) is False and await idempotency.complete(svc, None, 200, [], b"") is False
     second = await idempotency.claim(svc, org_id, "k1", D2)  # nothing stored: any request may take it
     assert second.outcome is ClaimOutcome.NEW
     assert await idempotency.complete(svc, first, 200, [], b"stale") is False  # the old owner cannot store

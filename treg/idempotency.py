@@ -154,10 +154,12 @@ def _owned(c: Claim) -> Any:
                 idempotency_keys.c.claim_id == c.claim_id, idempotency_keys.c.state == "in_progress")
 
 
-async def complete(svc: Services, c: Claim, status: int, headers: Iterable[Sequence[str]] | Any,
+async def complete(svc: Services, c: Claim | None, status: int, headers: Iterable[Sequence[str]] | Any,
                    body: bytes) -> bool:
     """Store the answer of a NEW claim for replay (24 h). False if the claim was lost (expired and
-    taken over, or abandoned): then nothing is stored."""
+    taken over, or abandoned): then nothing is stored. ``None`` (no Idempotency-Key): a no-op."""
+    if c is None:
+        return False
     pairs = [[str(k), str(v)] for k, v in (headers.items() if hasattr(headers, "items") else headers)]
     async with svc.db.tx() as tx:
         n = await tx.execute(update(idempotency_keys).where(_owned(c)).values(
@@ -166,10 +168,10 @@ async def complete(svc: Services, c: Claim, status: int, headers: Iterable[Seque
     return n == 1
 
 
-async def abandon(svc: Services, c: Claim) -> bool:
+async def abandon(svc: Services, c: Claim | None) -> bool:
     """Give the label back without storing anything (a refusal before the relay, a free streamed read,
-    a failure). Safe to call after ``complete`` (then a no-op returning False)."""
-    if c.outcome is not ClaimOutcome.NEW:
+    a failure). Safe to call after ``complete``, on a non-NEW claim or on None (then a no-op: False)."""
+    if c is None or c.outcome is not ClaimOutcome.NEW:
         return False
     async with svc.db.tx() as tx:
         n = await tx.execute(delete(idempotency_keys).where(_owned(c)))
