@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from treg import plugins
+from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.context import Services
 from treg.infra import crypto, dns, migrate, upstream
 from treg.infra.database_url import resolve_dsn
@@ -26,7 +27,7 @@ from treg.settings import Settings
 from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
-from treg.web import money_api
+from treg.web import catalog_api, money_api
 from treg.web.middlewares import error_middleware
 
 log = logging.getLogger("treg")
@@ -51,6 +52,9 @@ class AccessLogger(AbstractAccessLogger):
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
     pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins)
     injectors = plugins.collect_injectors(pm)
+    # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
+    catalog = load_catalog(pm, injectors)
+    warn_unknown_anonymous(catalog, settings)
     app = web.Application(middlewares=[error_middleware], client_max_size=1024 ** 3)
     app[SETTINGS] = settings
     box = crypto.load_box(settings)
@@ -67,7 +71,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         await db.close()
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
-        svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors,
+        svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors, catalog=catalog,
                        ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
         app[SERVICES] = svc
         closers = []
@@ -91,6 +95,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
 
     app.router.add_get("/healthz", healthz)
     app.router.add_routes(api.routes)
+    app.router.add_routes(catalog_api.routes)
     app.router.add_routes(call_routes.routes)
     app.router.add_routes(money_api.routes)
     return app

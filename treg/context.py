@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import pluggy
 
 from treg.bindings import Injector
+from treg.catalog.registry import CatalogRegistry
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
@@ -35,3 +36,5 @@ class Services:
     resolver: Any = None
     #: extra components later stages attach (caches, audit writer, catalog…)
     extras: dict[str, Any] = field(default_factory=dict)
+    #: the validated endpoint catalog (treg.catalog), built by the app factory before anything starts
+    catalog: CatalogRegistry = field(default_factory=CatalogRegistry.empty)

@@ -1,0 +1,252 @@
+"""The credential ladder of a catalog call: own tool → team credential → anonymous → platform key.
+
+:func:`load_org_credentials` is the only database read (one short transaction, closed before any
+upstream I/O); everything else is pure, so the tier choice is unit-testable and the listing routes can
+show each endpoint's tier without re-reading the database per endpoint.
+
+Tiers (catalog.md "Credential tiers", tried in this order):
+
+* ``own``: a tool the caller may use whose binding uses a secret with ``provider`` = the endpoint's
+  provider; the call goes to the endpoint's URL with that tool's bindings. Several such tools: the
+  first by name (a deterministic choice the org can see in its tool list).
+* ``team``: the org's newest secret with that ``provider``, injected with the provider's ``auth``.
+* ``anonymous``: an endpoint declared ``platform_auth: "anonymous"`` of a provider listed in
+  ``TREG_ANONYMOUS_PROVIDERS``: no credential injected, free. Free beats paid, so before ``platform``.
+* ``platform``: the deployment's key ``TREG_PLATFORM_KEY_<PROVIDER>``, injected with the provider's
+  ``auth``; the only billed tier, and the only one that runs the tier-4 checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from sqlalchemy import and_, or_, select
+
+from treg.bindings import Binding
+from treg.catalog.enforce import CheckedRequest, QueryPairs, check_platform, check_request
+from treg.catalog.errors import NoCredential
+from treg.catalog.model import Endpoint, Provider, RateLimit, Tier, join_url
+from treg.catalog.placeholders import fill_path
+from treg.catalog.registry import CatalogRegistry
+from treg.domain.access import identity_may_use
+from treg.errors import GatewayFailed
+from treg.infra.schema import secrets, tools
+from treg.settings import Settings
+
+if TYPE_CHECKING:
+    from treg.context import Services
+    from treg.tenancy import Identity
+
+
+@dataclass(frozen=True)
+class OwnTool:
+    """An org tool the caller may use, bound to a secret of some catalog provider."""
+
+    id: str
+    name: str
+    bindings: tuple[Binding, ...]
+
+
+@dataclass(frozen=True)
+class OrgCredentials:
+    """What the caller's org holds per provider (read once per call by :func:`load_org_credentials`)."""
+
+    org_id: str
+    #: provider → the caller-usable tools bound to a secret of that provider, by name
+    own_tools: Mapping[str, tuple[OwnTool, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    #: provider → the id of the org's newest secret with that provider
+    team_secrets: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    def own_for(self, provider_id: str) -> tuple[OwnTool, ...]:
+        return self.own_tools.get(provider_id, ())
+
+    def team_secret_for(self, provider_id: str) -> str | None:
+        return self.team_secrets.get(provider_id)
+
+
+@dataclass(frozen=True)
+class CatalogTarget:
+    """Where and how one catalog call goes, decided before any money or upstream I/O."""
+
+    tier: Tier
+    endpoint: Endpoint
+    provider: Provider
+    #: the full upstream URL: approved root + path with placeholders encoded (+ the template's fixed query,
+    #: if it has one); ``query`` is appended to it
+    upstream_url: str
+    #: the caller's raw query pairs to relay (path slots removed; encoding, order, duplicates kept)
+    query: tuple[tuple[str, str | None], ...]
+    #: credentials to inject: the own tool's bindings, the provider auth with the team ``secret_id`` or the
+    #: ``platform_setting``; empty for anonymous
+    bindings: tuple[Binding, ...]
+    #: the provider's constant headers, set on every tier (overwriting a caller's value)
+    required_headers: tuple[tuple[str, str], ...]
+    #: True on the platform tier only: a hold for ``hold_micro`` (when > 0) and settlement follow
+    billed: bool
+    #: the catalog price of this call (flat, usage estimate, or the chosen table row), whatever the tier
+    price_micro: int
+    #: what to reserve: ``price_micro`` when billed, else 0 (a 0 places no hold)
+    hold_micro: int
+    #: the table price row chosen by the body (platform tier, table prices), for settlement
+    table_value: str | None = None
+    tool_id: str | None = None
+    tool_name: str | None = None
+    secret_id: str | None = None
+    #: the provider's rate limit; the pipeline smooths platform-tier calls with it
+    rate_limit: RateLimit | None = None
+    #: the parsed JSON body when a check read it (body_allowlist, platform checks), else None
+    json_body: Mapping[str, Any] | None = None
+
+    @property
+    def scope_idempotency_key(self) -> bool:
+        """Rewrite a caller's Idempotency-Key to a digest of (org, label): one shared provider account."""
+        return self.tier == "platform"
+
+    @property
+    def spooled_response(self) -> bool:
+        return self.endpoint.spooled_response
+
+    def settle_micro(self, answer: Any) -> int:
+        """The observed price of a 2xx answer (``answer``: its parsed JSON, or None)."""
+        return self.endpoint.price.observed_micro(answer, self.table_value)
+
+
+# -- the database read ----------------------------------------------------------------------------------
+
+async def load_org_credentials(svc: "Services", ident: "Identity",
+                               providers: Iterable[str] | None = None) -> OrgCredentials:
+    """The caller's org credentials per provider (all providers, or only ``providers``): provider
+    secrets (newest first) and the caller-usable tools bound to one of them. One short transaction."""
+    wanted = sorted(set(providers)) if providers is not None else None
+    stmt = select(secrets.c.id, secrets.c.provider).where(and_(
+        secrets.c.org_id == ident.org_id, secrets.c.provider.isnot(None)))
+    if wanted is not None:
+        if not wanted:
+            return OrgCredentials(org_id=ident.org_id)
+        stmt = stmt.where(secrets.c.provider.in_(wanted))
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all(stmt.order_by(secrets.c.created_at.desc(), secrets.c.id.desc()))
+        if not rows:
+            return OrgCredentials(org_id=ident.org_id)
+        provider_of = {r["id"]: r["provider"] for r in rows}
+        tool_rows = await tx.fetch_all(
+            select(tools.c.id, tools.c.name, tools.c.bindings, tools.c.project_id, tools.c.allowed_member_ids)
+            .where(and_(tools.c.org_id == ident.org_id,
+                        or_(*[tools.c.bindings.contains([{"secret_id": sid}]) for sid in provider_of])))
+            .order_by(tools.c.name))
+    team: dict[str, str] = {}
+    for r in rows:  # newest first: the first seen per provider wins
+        team.setdefault(r["provider"], r["id"])
+    own: dict[str, list[OwnTool]] = {}
+    for t in tool_rows:
+        if not identity_may_use(ident, t):
+            continue
+        bindings = tuple(Binding.from_json(b) for b in t["bindings"])
+        tool = OwnTool(id=t["id"], name=t["name"], bindings=bindings)
+        for pid in dict.fromkeys(provider_of[b.secret_id] for b in bindings if b.secret_id in provider_of):
+            own.setdefault(pid, []).append(tool)
+    return OrgCredentials(org_id=ident.org_id,
+                          own_tools=MappingProxyType({k: tuple(v) for k, v in own.items()}),
+                          team_secrets=MappingProxyType(team))
+
+
+# -- pure tier choice -----------------------------------------------------------------------------------
+
+def platform_key_configured(provider: Provider, settings: Settings) -> bool:
+    value = settings.platform_value(provider.platform_setting)
+    return bool(value)
+
+
+def offer_tier(provider: Provider, endpoint: Endpoint, creds: OrgCredentials | None,
+               settings: Settings) -> Tier | None:
+    """The tier this caller would get for ``endpoint`` (None: no credential). ``creds`` None: only what the
+    settings decide (anonymous, platform) is considered."""
+    if creds is not None and creds.own_for(provider.id):
+        return "own"
+    if creds is not None and provider.auth and creds.team_secret_for(provider.id):
+        return "team"
+    if endpoint.anonymous and provider.id in settings.anonymous_providers:
+        return "anonymous"
+    if not endpoint.platform_blocked and provider.auth and platform_key_configured(provider, settings):
+        return "platform"
+    return None
+
+
+def needed_tier(provider: Provider, endpoint: Endpoint) -> Tier:
+    """What a caller with no tier for ``endpoint`` would need: the team's credential when the provider
+    takes a key, else the operator's anonymous allow-list (a keyless endpoint), else an own tool."""
+    if provider.auth:
+        return "team"
+    if endpoint.anonymous:
+        return "anonymous"
+    return "own"
+
+
+def how_to_get_credential(provider: Provider, endpoint: Endpoint) -> str:
+    ways = []
+    if provider.auth:
+        ways.append(f"add a secret with \"provider\": \"{provider.id}\" (POST /api/v1/secrets)")
+    ways.append(f"register a tool bound to a secret with provider {provider.id!r}")
+    if endpoint.anonymous:
+        ways.append(f"ask the operator to list {provider.id!r} in TREG_ANONYMOUS_PROVIDERS (keyless, free)")
+    if provider.auth and not endpoint.platform_blocked:
+        ways.append(f"ask the operator for a platform key ({provider.platform_setting})")
+    return "; ".join(ways[:-1]) + (", or " if len(ways) > 1 else "") + ways[-1]
+
+
+def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedRequest, creds: OrgCredentials,
+              settings: Settings, *, body: bytes | None = None) -> CatalogTarget:
+    """Choose the tier and build the target of a live ``endpoint`` whose request passed
+    :func:`check_request`. Raises ``NoCredential`` (404, with alternatives), ``InvalidParameters``
+    (tier-4 checks), ``GatewayFailed`` (502, a catalog host that is not approved)."""
+    from treg.catalog.alternatives import alternatives  # alternatives uses this module's tier choice
+
+    provider = registry.provider_of(endpoint)
+    tier = offer_tier(provider, endpoint, creds, settings)
+    if tier is None:
+        raise NoCredential(f"no credential can call {endpoint.id}: {how_to_get_credential(provider, endpoint)}",
+                           refused_by="credential",
+                           alternatives=alternatives(registry, endpoint, settings, creds),
+                           provider=provider.id)
+    root = registry.root_url(endpoint)
+    if endpoint.host is not None and endpoint.host not in provider.catalog_hosts:
+        # load refuses this; checked again because a credential must never follow a host of the data's choice
+        raise GatewayFailed(f"{endpoint.id} targets a host the provider did not approve", code="catalog_host_refused",
+                            blame="treg")
+    upstream_url = join_url(root, fill_path(endpoint.path, checked.path_values))
+
+    tool: OwnTool | None = None
+    secret_id = None
+    table_value = None
+    json_body = checked.json_body
+    if tier == "own":
+        tool = creds.own_for(provider.id)[0]
+        bindings = tool.bindings
+    elif tier == "team":
+        secret_id = creds.team_secret_for(provider.id)
+        bindings = tuple(dataclasses.replace(b, secret_id=secret_id) for b in provider.auth)
+    elif tier == "anonymous":
+        bindings = ()
+    else:
+        pc = check_platform(endpoint, checked, body)
+        table_value, json_body = pc.table_value, pc.json_body
+        bindings = tuple(dataclasses.replace(b, platform_setting=provider.platform_setting) for b in provider.auth)
+    billed = tier == "platform"
+    price = endpoint.price.estimate_for(table_value)
+    return CatalogTarget(
+        tier=tier, endpoint=endpoint, provider=provider, upstream_url=upstream_url, query=checked.query,
+        bindings=bindings, required_headers=provider.required_headers, billed=billed, price_micro=price,
+        hold_micro=price if billed else 0, table_value=table_value, tool_id=tool.id if tool else None,
+        tool_name=tool.name if tool else None, secret_id=secret_id, rate_limit=provider.rate_limit,
+        json_body=json_body)
+
+
+def prepare_call(registry: CatalogRegistry, endpoint: Endpoint, *, method: str, query: QueryPairs,
+                 body: bytes | None, creds: OrgCredentials, settings: Settings,
+                 surface: str = "/catalog/call") -> CatalogTarget:
+    """:func:`check_request` then :func:`plan_call`, for a live endpoint (see :func:`treg.catalog.lookup.ensure_live`)."""
+    checked = check_request(endpoint, method=method, query=query, body=body, surface=surface)
+    return plan_call(registry, endpoint, checked, creds, settings, body=body)

@@ -1,0 +1,83 @@
+"""Catalog browsing routes (``/api/v1/catalog``): endpoints, their price, parameters and the credential
+tier the caller would get. Thin: the work is in :mod:`treg.catalog`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from treg.catalog import ladder
+from treg.catalog.alternatives import alternatives
+from treg.catalog.errors import EndpointNotFound
+from treg.catalog.ladder import OrgCredentials
+from treg.catalog.model import Endpoint
+from treg.catalog.registry import CatalogRegistry
+from treg.catalog.suggest import did_you_mean
+from treg.context import Services
+from treg.errors import BadRequest
+from treg.web.api import identify
+from treg.web.jsonio import json_response
+
+routes = web.RouteTableDef()
+
+_STATUSES = ("live", "retired", "broken")
+
+
+def _tier_view(registry: CatalogRegistry, ep: Endpoint, creds: OrgCredentials, svc: Services) -> dict[str, Any]:
+    provider = registry.provider_of(ep)
+    tier = ladder.offer_tier(provider, ep, creds, svc.settings) if ep.is_live else None
+    out: dict[str, Any] = {"credential_tier": tier, "callable": tier is not None,
+                           "billed": tier == "platform"}
+    if tier is None and ep.is_live:
+        out["needs"] = ladder.needed_tier(provider, ep)
+        out["how_to_get_credential"] = ladder.how_to_get_credential(provider, ep)
+    return out
+
+
+@routes.get("/api/v1/catalog/endpoints")
+async def list_endpoints(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    q = request.query
+    status = q.get("status") or None
+    if status is not None and status not in _STATUSES:
+        raise BadRequest(f"status must be one of {', '.join(_STATUSES)}", code="invalid_filter")
+    registry = svc.catalog
+    found = registry.search(provider=q.get("provider") or None, capability=q.get("capability") or None,
+                            q=q.get("q") or None, status=status)
+    creds = await ladder.load_org_credentials(svc, ident, {ep.provider for ep in found})
+    rows = [{**ep.summary_json(), **_tier_view(registry, ep, creds, svc)} for ep in found]
+    return json_response({"endpoints": rows})
+
+
+@routes.get("/api/v1/catalog/endpoints/{endpoint_id}")
+async def get_endpoint(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    registry = svc.catalog
+    endpoint_id = request.match_info["endpoint_id"]
+    ep = registry.get(endpoint_id)
+    if ep is None:
+        raise EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id))
+    alts_providers = {a.provider for a in registry.with_capability(ep.capability)} if ep.capability else set()
+    creds = await ladder.load_org_credentials(svc, ident, {ep.provider} | alts_providers)
+    body = ep.to_json()
+    body.update(_tier_view(registry, ep, creds, svc))
+    provider = registry.provider_of(ep)
+    body["url"] = registry.template_url(ep)
+    body["provider_name"] = provider.name
+    body["required_headers"] = dict(provider.required_headers)
+    body["alternatives"] = alternatives(registry, ep, svc.settings, creds)
+    return json_response(body)
+
+
+@routes.get("/api/v1/catalog/providers")
+async def list_providers(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    registry = svc.catalog
+    rows = []
+    for provider in registry.providers.values():
+        row = provider.to_json()
+        row["platform_key_configured"] = ladder.platform_key_configured(provider, svc.settings)
+        row["anonymous_allowed"] = provider.id in svc.settings.anonymous_providers
+        rows.append(row)
+    return json_response({"providers": rows})
