@@ -107,6 +107,8 @@ class Database:
         #: connections checked out right now (tests watch it at the network boundary)
         self.in_use = 0
         self.peak_in_use = 0
+        #: the tasks holding a connection right now (tests check none of them waits on an upstream)
+        self.holders: set[asyncio.Task[Any]] = set()
 
     @property
     def dsn(self) -> str:
@@ -137,10 +139,15 @@ class Database:
                                 code="db_pool") from exc
         self.in_use += 1
         self.peak_in_use = max(self.peak_in_use, self.in_use)
+        task = asyncio.current_task()
+        if task is not None:
+            self.holders.add(task)
         try:
             yield conn
         finally:
             self.in_use -= 1
+            if task is not None:
+                self.holders.discard(task)
             await self._pool.release(conn)
 
     @contextlib.asynccontextmanager

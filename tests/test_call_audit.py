@@ -1,0 +1,116 @@
+"""Audit rows for every attempt, failed-call evidence (redacted, truncated, managers only), retention."""
+
+import json
+
+import pytest
+
+from treg.call.audit import prune_evidence
+from treg.testing import http_response, raw_upstream
+
+SECRET = "sk_live_TOPSECRET_9f8e7d"
+
+
+def _echo_key(ex):
+    # an upstream that echoes the key back in its error body and a header
+    body = json.dumps({"error": "bad key", "got": ex.header("Authorization"), "pad": "x" * 20000}).encode()
+    return http_response(401, body, [("Content-Type", "application/json"), ("WWW-Authenticate", ex.header("Authorization"))],
+                         reason="Unauthorized")
+
+
+@pytest.fixture
+async def tool(gateway):
+    async with raw_upstream(_echo_key) as up:
+        sid = await gateway.secret(SECRET)
+        await gateway.tool("t", up.url, [{"location": "header", "name": "Authorization", "format": "Bearer {secret}",
+                                          "secret_id": sid},
+                                         {"location": "query", "name": "api_key", "secret_id": sid}])
+        yield gateway, up
+
+
+async def test_failed_call_keeps_redacted_evidence(tool):
+    gateway, up = tool
+    r = await gateway.call("POST", "/call/t/things?page=2&token=callers-own", data=b'{"q": 1}',
+                           headers={"Content-Type": "application/json", "Cookie": "sid=abc"})
+    assert r.status == 401
+    raw = await r.read()
+    assert SECRET.encode() in raw  # the caller gets the upstream's answer untouched
+    assert "X-Treg-Error" not in r.headers
+    detail = await gateway.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["outcome"] == "upstream_error" and detail["status"] == 401 and detail["blame"] == "upstream"
+    stored = json.dumps(detail)
+    assert SECRET not in stored  # masked wherever it appears
+    req, resp = detail["error_request"], detail["error_response"]
+    assert req["method"] == "POST" and "page=2" in req["url"] and "callers-own" not in req["url"]
+    assert req["body"] == '{"q": 1}' and req["body_truncated"] is False
+    headers = dict((k.lower(), v) for k, v in req["headers"])
+    assert headers["authorization"] == "[REDACTED]" and headers["cookie"] == "[REDACTED]"
+    assert resp["status"] == 401 and resp["body_truncated"] is True
+    assert len(resp["body"]) <= 8 * 1024 and "[REDACTED]" in resp["body"]
+    assert dict((k.lower(), v) for k, v in resp["headers"])["www-authenticate"] == "[REDACTED]"
+
+
+async def test_success_keeps_no_content(tool):
+    gateway, up = tool
+    up.responder = lambda ex: http_response(200, b"fine")
+    r = await gateway.call("GET", "/call/t/ok")
+    assert r.status == 200 and await r.read() == b"fine"
+    detail = await gateway.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["outcome"] == "ok" and detail["error_request"] is None and detail["error_response"] is None
+    assert detail["response_bytes"] == 4 and detail["tool_name"] == "t" and detail["duration_ms"] is not None
+
+
+async def test_members_see_own_calls_and_no_evidence(tool):
+    gateway, up = tool
+    m = await gateway.member("m@acme.test")
+    r_owner = await gateway.call("GET", "/call/t/a")
+    r_member = await gateway.call("GET", "/call/t/b", as_=m["headers"])
+    mine = await gateway.calls(as_=m["headers"])
+    assert [c["call_id"] for c in mine] == [r_member.headers["X-Treg-Call-Id"]]
+    all_ids = {c["call_id"] for c in await gateway.calls()}
+    assert {r_owner.headers["X-Treg-Call-Id"], r_member.headers["X-Treg-Call-Id"]} <= all_ids
+    detail = await gateway.api("GET", f"/api/v1/calls/{r_member.headers['X-Treg-Call-Id']}", as_=m["headers"],
+                               expect=200)
+    assert "error_request" not in detail and "error_response" not in detail
+    await gateway.api("GET", f"/api/v1/calls/{r_owner.headers['X-Treg-Call-Id']}", as_=m["headers"], expect=404)
+
+
+async def test_refusals_recorded_and_401_not(gateway):
+    r = await gateway.call("GET", "/call/missing/x")
+    assert r.status == 404
+    r401 = await gateway.client.get("/call/missing/x", headers={"X-Treg-Token": "treg_wrong"})
+    assert r401.status == 401 and r401.headers["X-Treg-Call-Id"]
+    calls = await gateway.calls()
+    assert [c["call_id"] for c in calls] == [r.headers["X-Treg-Call-Id"]]
+    assert calls[0]["outcome"] == "refused" and calls[0]["status"] == 404
+
+
+async def test_unreachable_upstream_is_502_with_evidence(gateway):
+    await gateway.tool("dead", "http://127.0.0.1:9/")  # discard port: nothing listens
+    r = await gateway.call("GET", "/call/dead/x")
+    body = await r.json()
+    assert r.status == 502 and r.headers["X-Treg-Error"] == "1" and body["blame"] == "upstream"
+    detail = await gateway.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["outcome"] == "gateway_failed" and detail["error_response"]["status"] == 502
+
+
+async def test_large_or_chunked_upload_keeps_only_query(tool):
+    gateway, up = tool
+    big = b"a" * (70 * 1024)
+    r = await gateway.call("POST", "/call/t/up?x=1", data=big)
+    assert r.status == 401
+    detail = await gateway.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["error_request"]["body"] is None and detail["error_request"]["body_truncated"] is True
+    assert "x=1" in detail["error_request"]["url"]
+    assert up.last.body == big
+
+
+async def test_retention_prunes_old_evidence(tool):
+    gateway, up = tool
+    r = await gateway.call("GET", "/call/t/x")
+    await gateway.calls()  # flushes the audit writer
+    svc = gateway.services
+    async with svc.db.tx() as tx:
+        await tx.execute("UPDATE calls SET created_at = now() - interval '40 days'")
+    assert await prune_evidence(svc) == 1
+    detail = await gateway.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["error_request"] is None and detail["outcome"] == "upstream_error"

@@ -1,0 +1,88 @@
+"""In-process caches stay correct when ANOTHER treg process on the same database changes the data."""
+
+import asyncio
+
+from treg import tenancy
+from treg.keys import SERVICES
+from treg.testing import Gateway, raw_upstream
+
+
+async def _two_processes(aiohttp_client, make_app):
+    a = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
+    b = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
+    org = await tenancy.create_org(a.app[SERVICES], slug="acme", email="o@acme.test")
+    return Gateway(a, org), Gateway(b, org)
+
+
+async def _eventually(fn, expect, tries=100):
+    for _ in range(tries):
+        got = await fn()
+        if got == expect:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"expected {expect}, last got {got}")
+
+
+async def test_changes_in_one_process_reach_the_other(aiohttp_client, make_app):
+    ga, gb = await _two_processes(aiohttp_client, make_app)
+    async with raw_upstream() as up:
+        s1 = await ga.secret("first-secret-1")
+        tool = await ga.tool("t", up.url, [{"location": "header", "name": "X-K", "secret_id": s1}])
+
+        async def b_key():
+            r = await gb.call("GET", "/call/t/x")
+            return up.last.header("X-K") if r.status == 200 else r.status
+
+        await _eventually(b_key, "first-secret-1")
+        assert gb.services.extras["tools_cache"].hits >= 0
+        # warm B's caches, then change the binding through A
+        await b_key()
+        s2 = await ga.secret("second-secret-2", name="k2")
+        await ga.api("PATCH", f"/api/v1/tools/{tool['id']}", expect=200,
+                     json={"bindings": [{"location": "header", "name": "X-K", "secret_id": s2}]})
+        await _eventually(b_key, "second-secret-2")
+        # revoking a token in A stops it in B
+        m = await ga.member("m@acme.test")
+        assert (await gb.call("GET", "/call/t/x", as_=m["headers"])).status == 200
+        tokens = await ga.api("GET", "/api/v1/tokens", expect=200)
+        tok = next(t for t in tokens["tokens"] if t["member_id"] == m["member_id"])
+        await ga.api("DELETE", f"/api/v1/tokens/{tok['id']}", expect=204)
+
+        async def member_status():
+            return (await gb.call("GET", "/call/t/x", as_=m["headers"])).status
+
+        await _eventually(member_status, 401)
+    await ga.client.close()
+    await gb.client.close()
+
+
+async def test_caches_are_hit_in_steady_state(gateway):
+    async with raw_upstream() as up:
+        sid = await gateway.secret("k-123456")
+        await gateway.tool("t", up.url, [{"location": "header", "name": "X-K", "secret_id": sid}])
+        for _ in range(3):
+            assert (await gateway.call("GET", "/call/t/x")).status == 200
+        extras = gateway.services.extras
+        for name in ("identity_cache", "tools_cache", "secrets_cache"):
+            assert extras[name].hits >= 2, name
+
+
+async def test_lost_listener_bypasses_caches(gateway):
+    async with raw_upstream() as up:
+        await gateway.tool("t", up.url + "/one")
+        assert (await gateway.call("GET", "/call/t/x")).status == 200
+        svc = gateway.services
+        async with svc.db.tx() as tx:
+            await tx.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE query LIKE 'LISTEN%%' AND datname = current_database()")
+        await _eventually(lambda: _enabled(svc), False)
+        # a change made without any NOTIFY is still seen: the caches are bypassed while deaf
+        async with svc.db.tx() as tx:
+            await tx.execute("UPDATE tools SET base_url = %(u)s", {"u": up.url + "/two"})
+        assert (await gateway.call("GET", "/call/t/x")).status == 200
+        assert up.last.target == "/two/x"
+        await _eventually(lambda: _enabled(svc), True)  # and the listener comes back
+
+
+async def _enabled(svc):
+    return svc.extras["tools_cache"].enabled
