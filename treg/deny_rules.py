@@ -12,7 +12,7 @@ from treg.domain.deny import DenyRule
 from treg.errors import BadRequest, NotFound, Unprocessable
 from treg.ids import new_id
 from treg.infra.schema import deny_rules, members, projects
-from treg.tenancy import Identity, notify, require_manager
+from treg.tenancy import Identity, forget_local, notify, require_manager
 
 _HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$")
 _METHOD = re.compile(r"^[A-Za-z]{1,16}$")
@@ -23,7 +23,7 @@ COLUMNS = (deny_rules.c.id, deny_rules.c.host, deny_rules.c.path, deny_rules.c.m
 async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
     host = body.get("host")
-    if not isinstance(host, str) or not _HOST.match(host.strip()):
+    if not isinstance(host, str) or not _HOST.match(host.strip()) or len(host.strip()) > 300:
         raise BadRequest("host is required: a hostname, optionally with :port (e.g. api.stripe.com:443)",
                          code="invalid_host")
     path, method, reason = body.get("path"), body.get("method"), body.get("reason")
@@ -34,6 +34,9 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     if reason is not None and not isinstance(reason, str):
         raise BadRequest("reason must be a string", code="invalid_reason")
     member_id, project_id = body.get("member_id"), body.get("project_id")
+    for key, value in (("member_id", member_id), ("project_id", project_id)):
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f"{key} must be an id (a string) or null", code=f"invalid_{key.split('_')[0]}")
     async with svc.db.tx() as tx:
         if member_id is not None and await tx.scalar(select(members.c.id).where(and_(
                 members.c.id == member_id, members.c.org_id == ident.org_id))) is None:
@@ -46,6 +49,7 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
             method=method.upper() if method else None, member_id=member_id, project_id=project_id, reason=reason,
         ).returning(*COLUMNS))
         await notify(tx, "deny", ident.org_id)
+    forget_local(svc, ident.org_id)
     assert row is not None
     return row
 
@@ -65,6 +69,7 @@ async def delete_rule(svc: Services, ident: Identity, rule_id: str) -> None:
         if not n:
             raise NotFound("no such deny rule in this org", code="deny_rule_not_found")
         await notify(tx, "deny", ident.org_id)
+    forget_local(svc, ident.org_id)
 
 
 async def load_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:

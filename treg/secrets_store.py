@@ -17,7 +17,7 @@ from treg.errors import BadRequest, Conflict, IntegrityError, NotFound
 from treg.ids import new_id
 from treg.infra.crypto import SecretBox
 from treg.infra.schema import secrets, tools
-from treg.tenancy import Identity, notify, require_manager
+from treg.tenancy import Identity, forget_local, notify, require_manager
 
 _PROVIDER = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 PUBLIC_COLUMNS = (secrets.c.id, secrets.c.name, secrets.c.provider, secrets.c.created_at, secrets.c.updated_at)
@@ -50,6 +50,7 @@ async def create_secret(svc: Services, ident: Identity, body: dict[str, Any]) ->
             insert(secrets).values(id=secret_id, org_id=ident.org_id, name=name.strip(), provider=provider, blob=blob,
                                    key_id=svc.box.key_id, is_json=is_json).returning(*PUBLIC_COLUMNS))
         await notify(tx, "secrets", ident.org_id)
+    forget_local(svc, ident.org_id)
     assert row is not None
     return row
 
@@ -75,6 +76,7 @@ async def delete_secret(svc: Services, ident: Identity, secret_id: str) -> None:
         if not n:
             raise NotFound("no such secret in this org", code="secret_not_found")
         await notify(tx, "secrets", ident.org_id)
+    forget_local(svc, ident.org_id)
 
 
 def decrypt_row(box: SecretBox, row: dict[str, Any]) -> str | dict[str, Any]:

@@ -226,6 +226,7 @@ async def revoke_token(svc: Services, ident: Identity, token_id: str) -> None:
             require_manager(ident)
         await tx.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=func.now()))
         await notify(tx, "tokens", ident.org_id)
+    forget_local(svc, ident.org_id)
 
 
 async def list_tokens(svc: Services, ident: Identity) -> list[dict[str, Any]]:
@@ -253,6 +254,21 @@ async def create_token(svc: Services, ident: Identity, member_id: str | None) ->
 async def notify(tx: Tx, kind: str, org_id: str) -> None:
     """Tell every treg process on this database that ``kind`` data of ``org_id`` changed (on commit)."""
     await tx.execute("SELECT pg_notify('treg_changes', %(payload)s)", {"payload": f"{kind}:{org_id}"})
+
+
+LOCAL_CACHES = ("identity_cache", "tools_cache", "deny_cache", "secrets_cache")
+
+
+def forget_local(svc: Services, org_id: str) -> None:
+    """Drop this process's cached entries of ``org_id`` right after a committed write.
+
+    Other processes learn of the change by NOTIFY; this one must not wait for its own notification
+    to come back, or the next request (a revoked token, a deleted tool) could still see the old data.
+    """
+    for name in LOCAL_CACHES:
+        cache = svc.extras.get(name)
+        if cache is not None:
+            cache.drop_org(org_id)
 
 
 def as_list(value: Sequence[str] | None) -> list[str] | None:

@@ -21,7 +21,7 @@ from treg.ids import new_id
 from treg.infra import ssrf
 from treg.infra.db import Tx
 from treg.infra.schema import members, projects, secrets, tools
-from treg.tenancy import Identity, notify, require_manager
+from treg.tenancy import Identity, forget_local, notify, require_manager
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
@@ -53,6 +53,8 @@ def parse_base_url(raw: Any) -> tuple[str, str, str]:
         raise BadRequest("base_url must start with http:// or https://", code="invalid_base_url")
     if not parts.hostname:
         raise BadRequest("base_url has no host", code="invalid_base_url")
+    if len(parts.hostname) > 253:  # the longest DNS name; the host column is sized for it
+        raise BadRequest("base_url's host is longer than 253 characters", code="invalid_base_url")
     if parts.fragment:
         raise BadRequest("base_url cannot carry a #fragment", code="invalid_base_url")
     del port
@@ -150,7 +152,9 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
 
 async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> None:
     if project_id is not None:
-        if not isinstance(project_id, str) or await tx.scalar(select(projects.c.id).where(and_(
+        if not isinstance(project_id, str):
+            raise BadRequest("project_id must be a project id (a string) or null", code="invalid_project")
+        if await tx.scalar(select(projects.c.id).where(and_(
                 projects.c.id == project_id, projects.c.org_id == org_id))) is None:
             raise Unprocessable("project_id is not a project of this org", code="unknown_project")
     if allowed is not None:
@@ -198,6 +202,7 @@ async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> d
             await notify(tx, "tools", ident.org_id)
     except IntegrityError as exc:
         raise Conflict(f"a tool named {name!r} already exists in this org", code="tool_exists") from exc
+    forget_local(svc, ident.org_id)
     assert row is not None
     return tool_json(row)
 
@@ -256,6 +261,7 @@ async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[s
             await notify(tx, "tools", ident.org_id)
     except IntegrityError as exc:
         raise Conflict(f"a tool named {values.get('name')!r} already exists in this org", code="tool_exists") from exc
+    forget_local(svc, ident.org_id)
     assert row is not None
     return tool_json(row)
 
@@ -267,3 +273,4 @@ async def delete_tool(svc: Services, ident: Identity, tool_id: str) -> None:
         if not n:
             raise NotFound("no such tool in this org", code="tool_not_found")
         await notify(tx, "tools", ident.org_id)
+    forget_local(svc, ident.org_id)
