@@ -300,7 +300,12 @@ def raw_request_bytes(method: str, target: str, headers: list[tuple[str, str]] |
 
 
 async def read_reply(reader: asyncio.StreamReader, *, head_request: bool = False) -> RawReply:
+    """One final answer; interim 1xx answers (``100 Continue``) before it are skipped."""
     head = await reader.readuntil(b"\r\n\r\n")
+    for _ in range(10):  # bounded: a peer sending endless 1xx is broken
+        if not head.startswith(b"HTTP/1.1 1") or head.startswith(b"HTTP/1.1 101"):
+            break
+        head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     _, status, reason = (lines[0].split(" ", 2) + [""])[:3]
     headers = []

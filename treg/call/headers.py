@@ -25,9 +25,15 @@ def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     return out
 
 
+#: request headers whose negotiation treg's edge already completed with the caller: ``Expect:
+#: 100-continue`` was answered (100 Continue) before the body was read, so the body is coming either way;
+#: relayed, it made aiohttp's client wait for an upstream 100 that many servers never send (a stalled call)
+EDGE_HANDLED = frozenset({"expect"})
+
+
 def _is_dropped(name: str, listed: set[str]) -> bool:
     n = name.lower()
-    return (n in HOP_BY_HOP or n in CONTROL or n in listed or n.startswith("x-treg-") or n.startswith("proxy-")
+    return (n in HOP_BY_HOP or n in EDGE_HANDLED or n in CONTROL or n in listed or n.startswith("x-treg-") or n.startswith("proxy-")
             or n.startswith("x-forwarded-"))
 
 
