@@ -112,6 +112,41 @@ def cmd_plugins(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
+    """List the catalog every plugin declares, validating it as startup does (exit 1 when invalid)."""
+    from treg import plugins
+    from treg.catalog.errors import CatalogError
+    from treg.catalog.ladder import offer_tier
+    from treg.catalog.load import load_catalog
+
+    pm = plugins.create_manager(settings.plugins_dir)
+    try:
+        registry = load_catalog(pm, plugins.collect_injectors(pm))
+    except CatalogError as exc:
+        if args.json:
+            _print_json({"valid": False, "problems": [p.to_json() for p in exc.problems]})
+        for problem in exc.problems:
+            print(f"invalid catalog: {problem}", file=sys.stderr)
+        return 1
+    if args.provider and args.provider not in registry.providers:
+        print(f"no provider {args.provider!r}; known: {', '.join(registry.providers)}", file=sys.stderr)
+        return 1
+    endpoints = registry.search(provider=args.provider or None)
+    providers = [p for p in registry.providers.values() if not args.provider or p.id == args.provider]
+    if args.json:
+        _print_json({"valid": True, "providers": [p.to_json() for p in providers],
+                     "endpoints": [{**e.to_json(), "offered_tier": offer_tier(registry.provider_of(e), e, None,
+                                                                              settings)} for e in endpoints]})
+        return 0
+    for e in endpoints:
+        tier = offer_tier(registry.provider_of(e), e, None, settings) if e.is_live else None
+        print(f"{e.id:<40} {e.method:<6} {e.price.kind:<8} {e.price.list_micro:>9} {e.status:<8} "
+              f"{e.capability or '-':<22} {tier or '-'}")
+    print(f"{len(endpoints)} endpoint(s) of {len(providers)} provider(s); catalog valid "
+          "(prices in micro-USD; last column: the tier offered without a team credential)")
+    return 0
+
+
 def cmd_rotate_key(args: argparse.Namespace, settings: Settings) -> int:
     from treg import secrets_store
     from treg.infra import crypto
@@ -189,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plugins", help="list loaded plugins and the hooks each implements")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_plugins)
+
+    p = sub.add_parser("catalog", help="list and validate the endpoint catalog the plugins declare")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--provider", help="only this provider's endpoints")
+    p.set_defaults(fn=cmd_catalog)
 
     sec = sub.add_parser("secrets", help="secrets at rest").add_subparsers(dest="secrets_command", required=True)
     p = sec.add_parser("rotate-key", help="re-encrypt every secret under a new master key")

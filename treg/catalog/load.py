@@ -428,7 +428,7 @@ class _Loader:
             ptype = item.get("type")
             allowed_types = _BODY_TYPES if loc == "body" else _SCALAR_TYPES
             array_keys = [k for k in ("min_items", "max_items", "item_enum") if k in item]
-            if ptype is None and array_keys:
+            if array_keys and loc == "body" and ptype is None:
                 ptype = "array"
             if ptype is not None and ptype not in allowed_types:
                 add(plugin, row, f"{where}.type", f"{ptype!r} must be one of {', '.join(allowed_types)}")
