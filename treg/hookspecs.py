@@ -52,6 +52,16 @@ def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
 # -- evidence and events: observers (contained) ----------------------------------------------------
 
 @hookspec
+def treg_spool_evidence_paths(endpoint: "Any") -> "Sequence[str] | None":
+    """Called when a billed answer of a ``spooled_response`` endpoint has been spooled, before it is
+    parsed. Return extra dotted paths of the JSON answer to keep as evidence (their top-level objects
+    survive, at their original place; e.g. ``"candidates"`` for a result classifier). Settlement's own
+    usage paths are always kept. ``None`` or an empty list: nothing to add. Contained: an exception is
+    logged and ignored.
+    """
+
+
+@hookspec
 def treg_event(event: "Event") -> None:
     """Called for every product event (``tool_called`` once per call attempt, …), after the fact.
 

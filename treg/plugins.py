@@ -143,3 +143,16 @@ def emit(pm: pluggy.PluginManager, event: Event) -> None:
             impl.function(event=event)
         except Exception:  # observers must never break a call
             log.exception("plugin %r failed in treg_event(%s); ignored", impl.plugin_name, event.name)
+
+
+def spool_evidence_paths(pm: pluggy.PluginManager, endpoint: Any) -> list[str]:
+    """Evidence paths plugins ask to keep from a spooled answer (contained: a failing plugin is skipped)."""
+    paths: list[str] = []
+    for impl in pm.hook.treg_spool_evidence_paths.get_hookimpls():
+        try:
+            result = impl.function(endpoint=endpoint)
+        except Exception:
+            log.exception("plugin %r failed in treg_spool_evidence_paths; ignored", impl.plugin_name)
+            continue
+        paths.extend(p for p in (result or ()) if isinstance(p, str))
+    return paths

@@ -107,7 +107,7 @@ async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> 
     return b"".join(parts)
 
 
-async def prepare(svc: Services, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
+async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
     headers = CIMultiDict(hdr.request_headers(inp.headers))
     if "accept-encoding" not in headers:
         # we relay raw bytes; a caller that asked for no compression must not get any
@@ -118,7 +118,7 @@ async def prepare(svc: Services, inp: CallInput, target: ResolvedTarget) -> Prep
     body = inp.body
     rows: dict[str, dict[str, Any]] = {}
     if any(b.secret_id for b in target.bindings):
-        rows = await org_secret_rows(svc, target.tool.org_id if target.tool else "")
+        rows = await org_secret_rows(svc, org_id)
     injectors = []
     for binding in target.bindings:
         injector = svc.injectors.get(binding.location)

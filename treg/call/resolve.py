@@ -25,14 +25,17 @@ from treg.bindings import Binding
 from treg.call.types import CallInput, ResolvedTarget, ToolRef
 from treg.context import Services
 from treg.domain.access import tool_usable
-from treg.errors import BadRequest, Conflict, Forbidden, NotFound
+from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
 from treg.infra.schema import secrets, tools
 from treg.tenancy import Identity
 
 _PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
 
-#: hook for the catalog: ``async (svc, ident, inp, name, path) -> ResolvedTarget | None`` on a named miss
-CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None], Awaitable[ResolvedTarget | None]]
+#: the catalog half on a named miss: ``async (svc, ident, inp, name, path) -> (inp, target) | None``
+CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
+                           Awaitable["tuple[CallInput, ResolvedTarget] | None"]]
+#: the final dotted lookup once every shape missed: ``(svc, name) -> TregError | None``
+FinalMiss = Callable[[Services, str], "TregError | None"]
 
 
 def split_query(raw: str) -> list[tuple[str, str | None]]:
@@ -146,8 +149,9 @@ def parse_rest(rest: str) -> tuple[str, Any, Any]:
     return "named", unquote(name), (path if sep else None)
 
 
-async def resolve(svc: Services, ident: Identity, inp: CallInput,
-                  catalog_fallback: CatalogFallback | None = None) -> ResolvedTarget:
+async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallback: CatalogFallback | None = None,
+                  final_miss: FinalMiss | None = None) -> tuple[CallInput, ResolvedTarget]:
+    """The target of ``/call/<rest>`` (the input comes back too: the catalog may have buffered its body)."""
     if any(c in inp.rest for c in "\r\n\0"):
         raise BadRequest("the call target contains control characters", code="invalid_target")
     if not inp.rest:
@@ -155,16 +159,21 @@ async def resolve(svc: Services, ident: Identity, inp: CallInput,
     shape, a, b = parse_rest(inp.rest)
     all_tools = await org_tools(svc, ident.org_id)
     if shape == "url":
-        return passthrough_target(ident, all_tools, a, b, inp.raw_query)
+        return inp, passthrough_target(ident, all_tools, a, b, inp.raw_query)
     name, path = a, b
     for tool in all_tools:
         if tool.name == name:
-            return named_target(tool, path, inp.raw_query)
+            return inp, named_target(tool, path, inp.raw_query)
     if catalog_fallback is not None:
-        target = await catalog_fallback(svc, ident, inp, name, path)
-        if target is not None:
-            return target
+        found = await catalog_fallback(svc, ident, inp, name, path)
+        if found is not None:
+            return found
     hint = _near_tool_hint(ident, all_tools, name)
+    err = final_miss(svc, name) if final_miss is not None else None
+    # catalog near-id matching is provider-local and wins for genuine misspellings; then the hint at
+    # a connected tool sharing the first segment; then a catalog-shaped 404
+    if err is not None and (err.extra.get("did_you_mean") or not hint):
+        raise err
     raise NotFound(f"no tool named {name!r} in this org", code="tool_not_found", **hint)
 
 

@@ -1,32 +1,40 @@
-"""The call use case: intake → resolve → authorize → (reserve) → relay → (settle) → evidence.
+"""The call use case: intake → resolve → authorize → reserve → relay → settle → evidence.
 
 Plain Python: the web edge hands in a :class:`CallInput` and gets back a :class:`CallOutcome` to
 stream, or a :class:`TregError` (already audited). No database connection is held while the upstream
-is being waited on: each stage that reads opens and closes its own short transaction, and the audit
-row is queued, not written, on the hot path.
+is being waited on: each stage opens and closes its own short transaction (most reads are cache hits),
+and the audit row is queued, not written, on the hot path.
+
+Money (catalog calls on the platform tier): the hold is placed before any upstream I/O and closed
+exactly once after: settled at the observed price when the answer is 2xx, released otherwise, on a
+treg-side failure, and on cancellation. A billed answer is read whole (buffered or spooled) and
+settled before its headers go out, so ``X-Treg-Cost-Micro`` is exact.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from treg import tenancy
-from treg.call import evidence, headers as hdr
+from yarl import URL
+
+from treg import idempotency, money, tenancy
+from treg.call import catalog_stage, evidence, headers as hdr, metered
 from treg.call.authorize import authorize
-from treg.call.relay import PreparedRequest, prepare
-from treg.call.resolve import CatalogFallback, resolve
+from treg.call.relay import PreparedRequest, buffer_body, prepare
+from treg.call.resolve import resolve
 from treg.call.types import CallInput, CallRecord, ResolvedTarget
 from treg.context import Services
 from treg.errors import GatewayFailed, TregError
 from treg.events import Event
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamResponse
-from treg.plugins import emit
+from treg.plugins import emit, spool_evidence_paths
 from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
@@ -34,14 +42,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CallOutcome:
-    """An upstream answer ready to stream: status, headers for the caller, the body, and ``finish``
-    which the edge must await exactly once when streaming ended (normally or not)."""
+    """An answer ready to stream: status, headers for the caller, the body, ``close`` (idempotent) and
+    ``finish``, which the edge must await exactly once when streaming ended (normally or not)."""
 
     status: int
     reason: str
     headers: list[tuple[str, str]]
     body: AsyncIterator[bytes]
-    response: UpstreamResponse
+    close: Callable[[], None]
     finish: Callable[[int, BaseException | None], Awaitable[None]]
     #: the upstream sent a Content-Length: keep it even on a bodyless answer (HEAD/204/304)
     content_length: int | None = None
@@ -60,20 +68,36 @@ class CallState:
     prepared: PreparedRequest | None = None
     ttfb_ms: int | None = None
     redactor: evidence.Redactor = field(default_factory=evidence.Redactor)
+    claim: idempotency.Claim | None = None
+    hold: money.Hold | None = None
+    hold_state: str | None = None
+    cost_micro: int = 0
 
     def record(self, *, outcome: str, status: int | None, **kw: Any) -> CallRecord:
         assert self.ident is not None
         t = self.target
         inp = self.inp
-        target_text = inp.rest if len(inp.rest) < 2000 else inp.rest[:2000]
         return CallRecord(
             id=inp.call_id, org_id=self.ident.org_id, member_id=self.ident.member_id, surface=inp.surface,
-            method=inp.method, target=self.redactor.text(target_text), outcome=outcome, status=status,
+            method=inp.method, target=self.redactor.text(inp.rest[:2000]), outcome=outcome, status=status,
             upstream_url=evidence.redact_url(t.upstream_url, self.redactor) if t else None,
             tool_id=t.tool.id if t and t.tool else None, tool_name=t.tool.name if t and t.tool else None,
             provider=t.provider if t else None, endpoint_id=t.endpoint_id if t else None,
-            credential_tier=t.credential_tier if t else None, tag=inp.tag,
-            duration_ms=int((time.monotonic() - self.started) * 1000), ttfb_ms=self.ttfb_ms, **kw)
+            credential_tier=t.credential_tier if t else None, tag=inp.tag, cost_micro=self.cost_micro,
+            hold_state=self.hold_state, duration_ms=int((time.monotonic() - self.started) * 1000),
+            ttfb_ms=self.ttfb_ms, **kw)
+
+    def request_evidence(self) -> dict[str, Any] | None:
+        if self.prepared is not None:
+            r = self.prepared.request
+            return evidence.request_evidence(r.method, r.url, r.headers, r.body if isinstance(r.body, bytes) else None,
+                                             self.prepared.body_kept, self.redactor)
+        if self.target is not None:
+            body = self.inp.body if isinstance(self.inp.body, bytes) else None
+            return evidence.request_evidence(self.inp.method, self.target.full_url,
+                                             hdr.request_headers(self.inp.headers), body, body is not None,
+                                             self.redactor)
+        return None
 
 
 def _audit(svc: Services, rec: CallRecord) -> None:
@@ -92,70 +116,223 @@ def _audit(svc: Services, rec: CallRecord) -> None:
 
 def _failure_record(state: CallState, exc: TregError) -> CallRecord:
     refused = exc.refused_by is not None or exc.status < 500 or exc.code == "ssrf_refused"
-    outcome = "refused" if refused else "gateway_failed"
-    err_req = err_resp = None
-    if state.prepared is not None:
-        p = state.prepared
-        err_req = evidence.request_evidence(p.request.method, p.request.url, p.request.headers,
-                                            p.request.body if isinstance(p.request.body, bytes) else None,
-                                            p.body_kept, state.redactor)
-    elif state.target is not None:
-        err_req = evidence.request_evidence(state.inp.method, state.target.full_url,
-                                            hdr.request_headers(state.inp.headers),
-                                            state.inp.body if isinstance(state.inp.body, bytes) else None,
-                                            isinstance(state.inp.body, bytes), state.redactor)
+    err_req = state.request_evidence()
+    err_resp = None
     if err_req is not None:
         err_resp = {"status": exc.status, "headers": [["Content-Type", "application/json"], ["X-Treg-Error", "1"]],
                     "body": state.redactor.text(json.dumps(exc.body())), "body_truncated": False}
-    return state.record(outcome=outcome, status=exc.status, refused_by=exc.refused_by, error_code=exc.code,
-                        blame=exc.blame, error_request=err_req, error_response=err_resp)
+    return state.record(outcome="refused" if refused else "gateway_failed", status=exc.status,
+                        refused_by=exc.refused_by, error_code=exc.code, blame=exc.blame, error_request=err_req,
+                        error_response=err_resp)
 
 
-async def execute(svc: Services, inp: CallInput, *, catalog_fallback: CatalogFallback | None = None) -> CallOutcome:
+async def _close_money(svc: Services, state: CallState, *, settle_micro: int | None = None) -> None:
+    """Close the call's hold exactly once (settle when ``settle_micro`` is given, else release) and
+    give back an idempotency claim that will not be completed. Safe to call twice."""
+    if state.hold is not None and state.hold_state is None:
+        if settle_micro is not None:
+            await money.settle(svc, state.inp.call_id, settle_micro)
+            state.cost_micro = state.hold.charge_for(settle_micro)
+            state.hold_state = money.SETTLED
+        else:
+            await money.release(svc, state.inp.call_id)
+            state.hold_state = money.RELEASED
+
+
+async def _unwind(svc: Services, state: CallState) -> None:
+    """A call ended before its answer: release the hold, give the label back (shielded from cancellation:
+    a cancelled call must still close its money; the reaper is the last resort)."""
+    async def work() -> None:
+        try:
+            await _close_money(svc, state)
+        finally:
+            await idempotency.abandon(svc, state.claim)
+    with contextlib.suppress(Exception):
+        await asyncio.shield(work())
+
+
+async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state = CallState(inp)
     # 401s are answered and logged, not recorded: there is no org to record them under.
-    state.ident = await tenancy.authenticate(svc, inp.token, inp.org_hint)
+    state.ident = ident = await tenancy.authenticate(svc, inp.token, inp.org_hint)
     try:
-        state.target = await resolve(svc, state.ident, inp, catalog_fallback)
-        await authorize(svc, state.ident, inp.method, state.target)
-        state.prepared = await prepare(svc, inp, state.target)
+        if inp.surface == "catalog":
+            inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
+        else:
+            inp, target = await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)
+        state.inp, state.target = inp, target
+        await authorize(svc, ident, inp.method, target)
+        replay = await _reserve(svc, state)
+        if replay is not None:
+            return replay
+        state.prepared = await prepare(svc, ident.org_id, state.inp, target)
         state.redactor = evidence.Redactor.for_values(state.prepared.secret_values)
         req = state.prepared.request
         if svc.resolver is not None:
             # vet the host's current resolution before every send, kept-alive connection or not
-            await svc.resolver.vet(upstream_host(req.url))
+            await svc.resolver.vet(URL(req.url, encoded=True).host or "")
         if svc.client is None:
             raise GatewayFailed("treg is shutting down", code="shutting_down", blame="treg")
         sent_at = time.monotonic()
         resp = await upstream.send(svc.client, req)
         state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
     except TregError as exc:
+        await _unwind(svc, state)
+        exc.headers.update(catalog_stage.tier_headers(state.target))
         _audit(svc, _failure_record(state, exc))
         raise
-    return await _outcome(svc, state, resp)
+    except BaseException:
+        await _unwind(svc, state)
+        if state.target is not None:
+            _audit(svc, state.record(outcome="cancelled", status=None))
+        raise
+    if state.hold is not None:
+        return await _metered_outcome(svc, state, resp)
+    if state.claim is not None:
+        # a free streamed read is not stored for replay: the label goes back so a retry fetches again
+        await idempotency.abandon(svc, state.claim)
+        state.claim = None
+    return await _streamed_outcome(svc, state, resp)
 
 
-def upstream_host(url: str) -> str:
-    from yarl import URL
+async def _reserve(svc: Services, state: CallState) -> CallOutcome | None:
+    """Reserve stage (platform tier only): treg's idempotency claim, then the money hold."""
+    target, inp, ident = state.target, state.inp, state.ident
+    assert target is not None and ident is not None
+    cat = target.catalog
+    if cat is None or not target.billed:
+        return None
+    if inp.idempotency_key:
+        body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
+        if not isinstance(inp.body, bytes) and inp.body is not None:
+            from dataclasses import replace
+            state.inp = inp = replace(inp, body=body, content_length=len(body))
+        digest = idempotency.request_digest(inp.method, target.endpoint_id or "", inp.raw_query, body)
+        state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id)
+        if state.claim.outcome is idempotency.ClaimOutcome.REPLAY:
+            return _replay_outcome(svc, state)
+        refusal = state.claim.refusal()
+        if refusal is not None:
+            state.claim = None  # not ours to abandon
+            raise refusal
+    state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
+                                        amount_micro=cat.hold_micro, tag=inp.tag)
+    return None
 
-    return URL(url, encoded=True).host or ""
+
+def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
+    c = state.claim
+    assert c is not None and c.status is not None
+    body = c.body or b""
+    headers = [(k, v) for k, v in c.headers if k.lower() not in ("x-treg-call-id", "x-treg-cost-micro",
+                                                                   "x-treg-idempotent-replay")]
+    headers += [("X-Treg-Idempotent-Replay", "true"), ("X-Treg-Cost-Micro", "0")]
+    state.claim = None
+
+    async def gen() -> AsyncIterator[bytes]:
+        yield body
+
+    async def finish(sent: int, error: BaseException | None) -> None:
+        _audit(svc, state.record(outcome="replayed", status=c.status, response_bytes=sent))
+
+    names = {k.lower() for k, _ in headers}
+    return CallOutcome(status=c.status, reason="", headers=headers, body=gen(), close=lambda: None, finish=finish,
+                       content_length=len(body), has_content_type="content-type" in names,
+                       has_server="server" in names)
 
 
-async def _outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
+async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
+    target = state.target
+    assert target is not None and target.catalog is not None
+    ok = 200 <= resp.status < 300
+    spooled: metered.Spooled | None = None
+    try:
+        if ok and target.catalog.spooled_response:
+            budget = svc.extras.setdefault("spool_budget", metered.SpoolBudget())
+            spooled = await metered.spool_answer(resp, budget)
+            answer: Any = await metered.spool_evidence(
+                spooled, (*target.catalog.endpoint.price.evidence_paths,
+                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)))
+            data = b""
+        else:
+            data = await metered.buffer_answer(resp)
+            answer = _json_or_none(data) if ok else None
+        if ok:
+            await _close_money(svc, state, settle_micro=catalog_stage.settle_amount(target, answer))
+        else:
+            await _close_money(svc, state)
+    except TregError as exc:
+        if spooled is not None:
+            spooled.close()
+        await _unwind(svc, state)
+        exc.headers.update(catalog_stage.tier_headers(target))
+        _audit(svc, _failure_record(state, exc))
+        raise
+    except BaseException:
+        if spooled is not None:
+            spooled.close()
+        await _unwind(svc, state)
+        _audit(svc, state.record(outcome="cancelled", status=resp.status))
+        raise
+    length = spooled.size if spooled is not None else len(data)
+    out_headers = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+    out_headers.append(("Content-Length", str(length)))
+    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
+    if state.claim is not None:
+        # the relayed answer is stored whatever its status (a spooled body is not stored: label released)
+        if spooled is None:
+            await idempotency.complete(svc, state.claim, resp.status, out_headers, data)
+        else:
+            await idempotency.abandon(svc, state.claim)
+        state.claim = None
+    err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
+
+    async def body() -> AsyncIterator[bytes]:
+        if spooled is not None:
+            async for chunk in spooled.stream():
+                yield chunk
+        elif data:
+            yield data
+
+    finish = _finisher(svc, state, resp, err_head)
+    names = {k.lower() for k, _ in resp.headers}
+    return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body(),
+                       close=(spooled.close if spooled is not None else (lambda: None)), finish=finish,
+                       content_length=length, has_content_type="content-type" in names, has_server="server" in names)
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
     body = resp.body
-    err_resp_head: tuple[bytes, bool] | None = None
+    err_head: tuple[bytes, bool] | None = None
     if resp.status >= 400:
         # keep the head of a failed answer for evidence; the caller still gets every byte
         try:
             head, more, body = await evidence.peek_head(body)
         except TregError as exc:
             resp.close()
+            exc.headers.update(catalog_stage.tier_headers(state.target))
             _audit(svc, _failure_record(state, exc))
             raise
-        err_resp_head = (head, more)
+        err_head = (head, more)
     out_headers = hdr.response_headers(resp.headers)
+    out_headers += list(catalog_stage.tier_headers(state.target).items())
     names = {k.lower() for k, _ in resp.headers}
     cl = next((v for k, v in resp.headers if k.lower() == "content-length"), None)
+    return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body, close=resp.close,
+                       finish=_finisher(svc, state, resp, err_head),
+                       content_length=int(cl) if cl and cl.strip().isdigit() else None,
+                       has_content_type="content-type" in names, has_server="server" in names)
+
+
+def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,
+              err_head: tuple[bytes, bool] | None) -> Callable[[int, BaseException | None], Awaitable[None]]:
     finished = False
 
     async def finish(sent: int, error: BaseException | None) -> None:
@@ -169,22 +346,14 @@ async def _outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> C
             outcome = "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error"
         else:
             outcome = "ok" if resp.status < 400 else "upstream_error"
-        if err_resp_head is not None or error is not None:
-            p = state.prepared
-            assert p is not None
-            kw["error_request"] = evidence.request_evidence(
-                p.request.method, p.request.url, p.request.headers,
-                p.request.body if isinstance(p.request.body, bytes) else None, p.body_kept, state.redactor)
-            if err_resp_head is not None:
-                kw["error_response"] = evidence.response_evidence(resp.status, resp.headers, err_resp_head[0],
-                                                                  err_resp_head[1], state.redactor)
+        if err_head is not None or error is not None:
+            kw["error_request"] = state.request_evidence()
+            if err_head is not None:
+                kw["error_response"] = evidence.response_evidence(resp.status, resp.headers, err_head[0],
+                                                                  err_head[1], state.redactor)
             if resp.status >= 400:
                 kw["blame"] = "upstream"
-        req_len = state.inp.content_length
         _audit(svc, state.record(outcome=outcome, status=resp.status, response_bytes=sent,
-                                 request_bytes=req_len, **kw))
+                                 request_bytes=state.inp.content_length, **kw))
 
-    return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body, response=resp,
-                       finish=finish, content_length=int(cl) if cl and cl.isdigit() else None,
-                       has_content_type="content-type" in names, has_server="server" in names)
-
+    return finish

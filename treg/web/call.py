@@ -116,8 +116,7 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     # the error middleware adds these to any refusal, 401 included
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     inp = await intake(request, surface, call_id)
-    fallback = svc.extras.get("catalog_fallback")
-    outcome = await service.execute(svc, inp, catalog_fallback=fallback)
+    outcome = await service.execute(svc, inp)
     resp = RelayResponse(outcome)
     for k, v in outcome.headers:
         resp.headers.add(k, v)
@@ -140,7 +139,7 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
         error = exc
         raise
     finally:
-        outcome.response.close()
+        outcome.close()
         # shielded: a cancelled handler must still write its audit row
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(outcome.finish(sent, error))
@@ -150,3 +149,8 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
 @routes.route("*", "/call/{rest:.*}")
 async def call(request: web.Request) -> web.StreamResponse:
     return await handle(request, "call")
+
+
+@routes.route("*", "/catalog/call/{rest:.*}")
+async def catalog_call(request: web.Request) -> web.StreamResponse:
+    return await handle(request, "catalog")
