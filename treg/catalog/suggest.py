@@ -24,11 +24,12 @@ def did_you_mean(registry: CatalogRegistry, name: str, limit: int = MAX_SUGGESTI
         providers = difflib.get_close_matches(provider_id, list(registry.providers), n=2, cutoff=0.75)
     out: list[str] = []
     for pid in providers:
-        ids = [e.id for e in registry.endpoints_of(pid) if e.is_live]
-        wanted = name if pid == provider_id else pid + name[len(provider_id):]
+        ops = [e.operation for e in registry.endpoints_of(pid) if e.is_live]
+        wanted = name[len(provider_id) + 1:]
         # "github.repos" → every "github.repos.*": a prefix is the commonest near miss
-        out.extend(i for i in ids if i.startswith(wanted + "."))
-        out.extend(difflib.get_close_matches(wanted, ids, n=limit, cutoff=0.6))
+        out.extend(f"{pid}.{op}" for op in ops if wanted and op.startswith(wanted + "."))
+        # compare operations, not whole ids: a shared provider prefix would make everything look near
+        out.extend(f"{pid}.{op}" for op in difflib.get_close_matches(wanted, ops, n=limit, cutoff=0.65))
     return list(dict.fromkeys(out))[:limit]
 
 
