@@ -37,7 +37,8 @@ def _limit_error(detail: str) -> GatewayFailed:
     return GatewayFailed(detail, code="response_buffer_limit", blame="treg")
 
 
-async def buffer_answer(resp: UpstreamResponse, limit: int = BUFFER_MAX) -> bytes:
+async def buffer_answer(resp: UpstreamResponse, limit: int | None = None) -> bytes:
+    limit = BUFFER_MAX if limit is None else limit
     parts: list[bytes] = []
     size = 0
     try:
@@ -55,8 +56,8 @@ async def buffer_answer(resp: UpstreamResponse, limit: int = BUFFER_MAX) -> byte
 class SpoolBudget:
     """Bytes the spools of one process may hold at once."""
 
-    def __init__(self, total: int = SPOOL_BUDGET, parse_concurrency: int = SPOOL_PARSE_CONCURRENCY) -> None:
-        self.total = total
+    def __init__(self, total: int | None = None, parse_concurrency: int = SPOOL_PARSE_CONCURRENCY) -> None:
+        self.total = SPOOL_BUDGET if total is None else total
         self.used = 0
         self._lock = threading.Lock()  # released from weakref finalizers too
         self.parse_gate = asyncio.Semaphore(parse_concurrency)
@@ -116,7 +117,8 @@ def _declared_length(resp: UpstreamResponse) -> int | None:
     return None
 
 
-async def spool_answer(resp: UpstreamResponse, budget: SpoolBudget, limit: int = SPOOL_MAX) -> Spooled:
+async def spool_answer(resp: UpstreamResponse, budget: SpoolBudget, limit: int | None = None) -> Spooled:
+    limit = SPOOL_MAX if limit is None else limit
     claimed = 0
     file: IO[bytes] | None = None
     ok = False
