@@ -43,9 +43,13 @@ def treg_register_injectors() -> "Sequence[Injector] | None":
 def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
     """Called once at startup, before anything else starts. Return provider dicts for the catalog.
 
-    The dict shape is the contract of ``docs/plugins.md`` (provider id, base URL, auth bindings,
-    endpoints…). treg validates the whole catalog and refuses to start on a bad row, naming the
-    plugin, the row and the field. ``None`` or an empty list: this plugin adds no provider.
+    The dict shape is the contract of ``docs/plugins.md`` § Providers (provider id, base URL, auth
+    bindings, required headers, approved catalog hosts, rate limit, endpoints with their params, price,
+    status…); treg turns the dicts into its own frozen types (:mod:`treg.catalog.model`). treg validates
+    the whole catalog and refuses to start on a bad row (:class:`treg.catalog.errors.CatalogError`,
+    listing every problem with the plugin, the row and the field); two providers or endpoints with one
+    id stop startup too. An exception raised here stops startup naming the plugin. ``None`` or an empty
+    list: this plugin adds no provider. Return a list, never a bare dict.
     """
 
 
