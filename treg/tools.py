@@ -8,6 +8,7 @@ exists), its format (only ``{secret}``), non-empty names, and no two bindings ai
 from __future__ import annotations
 
 import re
+import string
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -83,6 +84,25 @@ async def check_ssrf(svc: Services, hostname: str) -> None:
                             code="ssrf_refused", refused_by="ssrf")
 
 
+def _check_format(where: str, fmt: str) -> None:
+    """Only ``{secret}`` itself: no other name, no index/attribute, no ``!r`` conversion, no ``:spec``
+    (Binding.render substitutes the literal text ``{secret}``; anything else would be sent verbatim)."""
+    if not fmt:
+        raise BadRequest(f"{where}.format is empty; omit it for the bare secret, or give a constant",
+                         code="invalid_format")
+    try:
+        parts = list(string.Formatter().parse(fmt))
+        format_fields(fmt)
+    except ValueError as exc:
+        raise BadRequest(f"{where}.format is malformed: {exc} (write {{{{ and }}}} for literal braces)",
+                         code="invalid_format") from exc
+    bad = sorted({"{" + name + ("!" + conv if conv else "") + (":" + spec if spec else "") + "}"
+                  for _, name, spec, conv in parts if name is not None and (name, spec, conv) != ("secret", "", None)})
+    if bad:
+        raise BadRequest(f"{where}.format may use only the {{secret}} placeholder, not {', '.join(bad)}",
+                         code="invalid_format")
+
+
 async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> list[Binding]:
     if not isinstance(raw, list):
         raise BadRequest("bindings must be a list of binding objects", code="invalid_binding")
@@ -107,13 +127,7 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
         if "secret_field" in item and (item["secret_field"] is None or not item["secret_field"].strip()):
             raise BadRequest(f"{where}.secret_field must be a non-empty string when given", code="invalid_binding")
         fmt = item.get("format") if item.get("format") is not None else "{secret}"
-        try:
-            fields = format_fields(fmt)
-        except ValueError as exc:
-            raise BadRequest(f"{where}.format is malformed: {exc}", code="invalid_format") from exc
-        if any(f != "secret" for f in fields):
-            raise BadRequest(f"{where}.format may use only the {{secret}} placeholder, not "
-                             f"{sorted(set(f for f in fields if f != 'secret'))}", code="invalid_format")
+        _check_format(where, fmt)
         if bool(item.get("secret_id")) == bool(item.get("platform_setting")):
             raise BadRequest(f"{where} needs exactly one of secret_id and platform_setting", code="invalid_binding")
         if item.get("platform_setting") and not _SETTING_NAME.match(item["platform_setting"]):

@@ -19,6 +19,14 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+#: not globally reachable, yet ``is_global`` says otherwise on some Python versions (3.11 treats the
+#: IPv4 dummy address 192.0.0.8 and the deprecated site-local fec0::/10 as global): refused explicitly
+#: so the policy does not change with the interpreter
+_ALSO_INTERNAL = tuple(ipaddress.ip_network(n) for n in (
+    "192.0.0.0/24",  # IETF protocol assignments
+    "192.88.99.0/24",  # deprecated 6to4 relay anycast
+    "fec0::/10",  # deprecated site-local
+))
 
 
 def parse_numeric_host(host: str) -> IPAddress | None:
@@ -66,6 +74,8 @@ def is_internal(addr: IPAddress) -> bool:
         if inner is not None:
             return is_internal(inner)
     if isinstance(addr, ipaddress.IPv4Address) and addr in _CGNAT:
+        return True
+    if any(addr in net for net in _ALSO_INTERNAL if net.version == addr.version):
         return True
     return (not addr.is_global or addr.is_multicast or addr.is_private or addr.is_loopback
             or addr.is_link_local or addr.is_reserved or addr.is_unspecified)
