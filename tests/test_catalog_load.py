@@ -340,3 +340,17 @@ def test_the_built_in_providers_load_through_entry_points():
     assert reg.get("open-meteo.geocoding.search").host == "https://geocoding-api.open-meteo.com/v1"
     sources = {impl.plugin_name for impl in pm.hook.treg_register_providers.get_hookimpls()}
     assert {"providers-github", "providers-llm", "providers-weather"} <= sources
+
+
+def test_unknown_anonymous_providers_are_logged_not_refused(caplog):
+    from treg.catalog.load import warn_unknown_anonymous
+    from treg.settings import Settings
+
+    data = acme()
+    data["endpoints"][0].update(price={"per_call_micro": 0}, platform_auth="anonymous")
+    reg = build(data)
+    assert warn_unknown_anonymous(reg, Settings(anonymous_providers=("acme",))) == []
+    assert warn_unknown_anonymous(reg, Settings(anonymous_providers=("acme", "ghost"))) == ["ghost"]
+    assert "ghost" in caplog.text
+    plain = build(acme())
+    assert warn_unknown_anonymous(plain, Settings(anonymous_providers=("acme",))) == ["acme"]

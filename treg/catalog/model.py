@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from treg.bindings import Binding
 
@@ -278,7 +278,7 @@ class Provider:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "name": self.name, "base_url": self.base_url,
-                "auth": [{k: v for k, v in b.to_json().items()} for b in self.auth],
+                "auth": [b.to_json() for b in self.auth],
                 "required_headers": dict(self.required_headers), "catalog_hosts": list(self.catalog_hosts),
                 "rate_limit": self.rate_limit.to_json() if self.rate_limit else None,
                 "endpoints": list(self.endpoint_ids), "description": self.description, "docs_url": self.docs_url,
