@@ -156,3 +156,20 @@ def test_cli_exits_non_zero_on_an_invalid_catalog(cli_env, capsys, monkeypatch):
     assert problems == [{"plugin": "dir:shop.py", "row": "endpoint 'shop.items'", "field": "price.per_call_micro",
                          "message": problems[0]["message"]}]
     assert "dir:shop.py" in captured.err and "price.per_call_micro" in captured.err
+
+
+async def test_the_built_in_free_provider_is_anonymous_when_allowed(start):
+    # fake DNS knows no public name, so the relay fails without leaving the machine: what matters here is
+    # that the ladder chose the anonymous tier for the built-in keyless provider and charged nothing
+    client, org = await start(anonymous_providers=("open-meteo",))
+    resp = await client.get("/catalog/call/open-meteo.forecast?latitude=52.52&longitude=13.41&hourly=temperature_2m",
+                            headers=org["headers"])
+    assert resp.headers["X-Treg-Credential-Tier"] == "anonymous" and resp.headers["X-Treg-Cost-Micro"] == "0"
+
+
+async def test_the_built_in_free_provider_needs_the_allow_list(start):
+    client, org = await start()
+    resp = await client.get("/catalog/call/open-meteo.forecast?latitude=52.52&longitude=13.41",
+                            headers=org["headers"])
+    body = await resp.json()
+    assert resp.status == 404 and body["error"] == "no_credential" and "TREG_ANONYMOUS_PROVIDERS" in body["detail"]

@@ -479,3 +479,43 @@ def test_an_unapproved_host_never_receives_a_credential():
     with pytest.raises(GatewayFailed) as info:
         ladder.plan_call(REG, rogue, checked, own("acme"), Settings())
     assert info.value.status == 502 and info.value.blame == "treg"
+
+
+# -- the built-in providers on the ladder -------------------------------------------------------------------
+
+def test_built_in_rows_on_each_tier():
+    from treg import plugins
+    from treg.catalog.load import load_catalog
+
+    pm = plugins.create_manager(None)
+    reg = load_catalog(pm, plugins.collect_injectors(pm))
+    none = ladder.OrgCredentials(org_id="o")
+    s = Settings(anonymous_providers=("open-meteo",), platform={"TREG_PLATFORM_KEY_GITHUB": SecretStr("k"),
+                                                                "TREG_PLATFORM_KEY_OPENAI": SecretStr("k")})
+
+    def go(eid, query=(), body=None):
+        e = reg.get(eid)
+        return ladder.prepare_call(reg, e, method=e.method, query=list(query), body=body, creds=none, settings=s)
+
+    t = go("open-meteo.geocoding.search", [("name", "Berlin"), ("count", "1")])
+    assert t.tier == "anonymous" and t.upstream_url == "https://geocoding-api.open-meteo.com/v1/search"
+    with pytest.raises(InvalidParameters):  # strict_query: a typo is refused before anything is relayed
+        go("open-meteo.geocoding.search", [("name", "Berlin"), ("cuont", "1")])
+    t = go("github.repos.get", [("owner", "python"), ("repo", "cpython")])
+    assert t.upstream_url == "https://api.github.com/repos/python/cpython" and t.hold_micro == 100
+    assert t.required_headers == (("X-GitHub-Api-Version", "2022-11-28"),)
+    assert t.bindings[0].render("k") == "Bearer k" and t.bindings[0].platform_setting == "TREG_PLATFORM_KEY_GITHUB"
+    with pytest.raises(NoCredential):  # BYOK only
+        go("github.issues.create", [("owner", "o"), ("repo", "r")], b'{"title": "t"}')
+    chat = b'{"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}'
+    t = go("openai.chat.completions.create", body=chat)
+    assert t.hold_micro == 20000
+    assert t.settle_micro({"usage": {"prompt_tokens": 1000, "completion_tokens": 1000}}) == 750
+    with pytest.raises(InvalidParameters) as info:
+        go("openai.chat.completions.create", body=chat.replace(b"gpt-4o-mini", b"o1"))
+    assert info.value.parameter == "model"
+    t = go("openai.images.generate", body=b'{"model": "dall-e-3", "prompt": "a cat", "size": "1792x1024"}')
+    assert t.hold_micro == 80000 and t.table_value == "1792x1024"
+    with pytest.raises(EndpointRetired) as info:
+        lookup.ensure_live(reg, reg.get("openai.edits.create"), s)
+    assert info.value.body()["superseded_by"] == "openai.chat.completions.create"
