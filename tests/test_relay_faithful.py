@@ -226,3 +226,199 @@ async def test_aiohttp_client_call_also_faithful(gateway, up, tool):
     assert up.last.target == "/v1/a%2Fb?x=1&x=2"
     assert up.last.header("X-Kept") == "k"
     assert up.last.header("X-Treg-Whatever") is None
+
+
+# -- the answer ---------------------------------------------------------------------------------------
+
+def respond(raw: bytes):
+    return lambda ex: raw
+
+
+async def test_every_upstream_header_copied_in_order_with_both_set_cookies(gateway, up, tool):
+    up.responder = respond(http_response(200, b"{}", [
+        ("Content-Type", "application/json"), ("Set-Cookie", "a=1; Path=/; HttpOnly"), ("X-Rate", "10"),
+        ("Set-Cookie", "b=2; Path=/api"), ("X-Rate", "9"), ("Link", "<https://x/2>; rel=next"),
+        ("x-lower-case", "kept")]))
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == 200
+    assert r.header_all("Set-Cookie") == ["a=1; Path=/; HttpOnly", "b=2; Path=/api"]
+    assert r.header_all("X-Rate") == ["10", "9"]
+    assert r.header("Link") == "<https://x/2>; rel=next"
+    assert r.header("x-lower-case") == "kept"
+    assert r.header("Content-Type") == "application/json"
+    upstream_order = [k.lower() for k, _ in r.headers if k.lower() in ("set-cookie", "x-rate", "link")]
+    assert upstream_order == ["set-cookie", "x-rate", "set-cookie", "x-rate", "link"]
+    assert r.body == b"{}"
+
+
+async def test_both_set_cookies_through_an_http_client(gateway, up, tool):
+    up.responder = respond(http_response(200, b"ok", [("Set-Cookie", "a=1"), ("Set-Cookie", "b=2")]))
+    r = await gateway.call("GET", "/call/up/h")
+    assert r.headers.getall("Set-Cookie") == ["a=1", "b=2"]
+
+
+async def test_status_and_reason_phrase_kept(gateway, up, tool):
+    up.responder = respond(http_response(201, b"made", reason="Created It"))
+    r = await gateway.raw("POST", "/call/up/h", body=b"x")
+    assert (r.status, r.reason, r.body) == (201, "Created It", b"made")
+
+
+async def test_no_content_type_or_server_added(gateway, up, tool):
+    up.responder = respond(http_response(200, b"plain bytes"))
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.header("Content-Type") is None
+    assert r.header("Server") is None
+    up.responder = respond(http_response(200, b"x", [("Server", "upstream/1"), ("Date", "Tue, 01 Jan 2030 00:00:00 GMT")]))
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.header_all("Server") == ["upstream/1"]
+    assert r.header_all("Date") == ["Tue, 01 Jan 2030 00:00:00 GMT"]
+
+
+async def test_declared_length_answer_keeps_its_length(gateway, up, tool):
+    body = bytes(range(256)) * 1000
+    up.responder = respond(http_response(200, body))
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.header("Content-Length") == str(len(body))
+    assert not r.chunked
+    assert r.body == body
+
+
+async def test_head_keeps_content_length_without_body(gateway, up, tool):
+    up.responder = respond(b"HTTP/1.1 200 OK\r\nContent-Length: 1234\r\nContent-Type: text/html\r\n\r\n")
+    r = await gateway.raw("HEAD", "/call/up/h")
+    assert r.status == 200
+    assert r.header("Content-Length") == "1234"
+    assert r.body == b""
+    assert up.last.method == "HEAD"
+    # the upstream connection was not waiting for a phantom body: the next call reuses it
+    up.responder = None
+    r = await gateway.raw("GET", "/call/up/h")
+    assert (r.status, r.body) == (200, b"ok")
+    assert up.connections == 1
+
+
+@pytest.mark.parametrize("status", [204, 304])
+async def test_bodyless_status_keeps_upstreams_content_length(gateway, up, tool, status):
+    up.responder = respond(f"HTTP/1.1 {status} X\r\nContent-Length: 42\r\nETag: \"v1\"\r\n\r\n".encode())
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == status
+    assert r.header("Content-Length") == "42"
+    assert r.header("ETag") == '"v1"'
+    assert r.header("Transfer-Encoding") is None
+    assert r.body == b""
+
+
+@pytest.mark.parametrize("status", [204, 304])
+async def test_bodyless_status_without_length_gets_none(gateway, up, tool, status):
+    up.responder = respond(f"HTTP/1.1 {status} X\r\nETag: \"v1\"\r\n\r\n".encode())
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == status
+    assert r.header("Content-Length") is None and r.header("Transfer-Encoding") is None
+
+
+async def test_chunked_answer_relayed(gateway, up, tool):
+    parts = [b"alpha-", b"x" * 100_000, b"-omega"]
+    chunked = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts) + b"0\r\n\r\n"
+    up.responder = respond(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n"
+                           + chunked)
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == 200
+    assert r.chunked and r.header("Content-Length") is None
+    assert r.header_all("Transfer-Encoding") == ["chunked"]
+    assert r.body == b"".join(parts)
+
+
+async def test_close_delimited_answer_relayed(gateway, up, tool):
+    body = b"until the server closes" * 100
+
+    async def answer(ex):
+        ex.writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n" + body)
+        await ex.writer.drain()
+        ex.writer.close()
+        return None
+
+    up.responder = answer
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == 200
+    assert r.body == body
+
+
+async def test_gzip_answer_relayed_undecoded_even_unasked(gateway, up, tool):
+    payload = gzip.compress(b"compressed " * 500)
+    up.responder = respond(http_response(200, payload, [("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")]))
+    r = await gateway.raw("GET", "/call/up/z")
+    assert r.header("Content-Encoding") == "gzip"
+    assert r.body == payload
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422, 429, 500, 502, 503])
+async def test_upstream_error_relayed_untouched_without_treg_error(gateway, up, tool, status):
+    body = b'{"error": {"message": "upstream says no"}}'
+    up.responder = respond(http_response(status, body, [("Content-Type", "application/json"),
+                                                        ("Retry-After", "7")], reason="Upstream Reason"))
+    r = await gateway.raw("POST", "/call/up/h", body=b"{}")
+    assert (r.status, r.reason) == (status, "Upstream Reason")
+    assert r.body == body
+    assert r.header("X-Treg-Error") is None
+    assert r.header("Retry-After") == "7"
+    assert r.header("Content-Length") == str(len(body))
+    assert r.header("X-Treg-Call-Id", ).startswith("call_")
+
+
+async def test_large_upstream_error_relayed_whole(gateway, up, tool):
+    # the first 8 KiB are peeked for evidence and replayed: the caller must get every byte, in order
+    body = bytes(i % 251 for i in range(200_000))
+    up.responder = respond(http_response(500, body))
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == 500
+    assert r.body == body
+    parts = [b"a" * 5000, b"b" * 5000, b"c" * 5000]
+    chunked = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in parts) + b"0\r\n\r\n"
+    up.responder = respond(b"HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.status == 503 and r.body == b"".join(parts)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_redirect_not_followed(gateway, up, tool, status):
+    up.responder = respond(http_response(status, b"moved", [("Location", up.url + "/elsewhere")]))
+    r = await gateway.raw("POST", "/call/up/h", body=b"x")
+    assert r.status == status
+    assert r.header("Location") == up.url + "/elsewhere"
+    assert r.body == b"moved"
+    assert len(up.exchanges) == 1
+
+
+async def test_response_headers_listed_in_connection_dropped(gateway, up, tool):
+    up.responder = respond(http_response(200, b"x", [("Connection", "X-Hop"), ("X-Hop", "secret-hop"),
+                                                     ("Keep-Alive", "timeout=5"), ("X-Kept", "1")]))
+    r = await gateway.raw("GET", "/call/up/h")
+    assert r.header("X-Hop") is None and r.header("Keep-Alive") is None
+    assert r.header("X-Kept") == "1"
+
+
+async def test_call_id_on_every_answer(gateway, up, tool):
+    seen = set()
+    r = await gateway.raw("GET", "/call/up/h")
+    seen.add(r.header("X-Treg-Call-Id"))
+    up.responder = respond(http_response(500, b"x"))
+    r = await gateway.raw("GET", "/call/up/h")
+    seen.add(r.header("X-Treg-Call-Id"))
+    r = await gateway.raw("GET", "/call/nope/h")
+    assert r.status == 404 and r.header("X-Treg-Error") == "1"
+    seen.add(r.header("X-Treg-Call-Id"))
+    r = await gateway.raw("GET", "/call/up/h", auth=False)
+    assert r.status == 401 and r.header("X-Treg-Error") == "1"
+    seen.add(r.header("X-Treg-Call-Id"))
+    r = await gateway.raw("GET", "/call/up/h", [("X-Treg-Token", "wrong")], auth=False)
+    assert r.status == 401
+    seen.add(r.header("X-Treg-Call-Id"))
+    assert None not in seen and len(seen) == 5
+    assert all(c.startswith("call_") for c in seen)
+
+
+async def test_upstream_cannot_spoof_call_id(gateway, up, tool):
+    up.responder = respond(http_response(200, b"x", [("X-Treg-Call-Id", "call_forged")]))
+    r = await gateway.raw("GET", "/call/up/h")
+    ids = r.header_all("X-Treg-Call-Id")
+    assert len(ids) == 1 and ids[0] != "call_forged"

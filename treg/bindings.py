@@ -31,8 +31,14 @@ class Binding:
         return not format_fields(self.format)
 
     def render(self, value: str) -> str:
-        return self.format.replace("{{", "\0").replace("}}", "\1").replace("{secret}", value) \
-            .replace("\0", "{").replace("\1", "}")
+        # str.format's own parse (``{{``/``}}`` escapes, ``{{{secret}}}`` → ``{value}``), but the value is
+        # inserted as-is: no format spec or conversion is ever applied to a credential
+        out = []
+        for literal, name, _, _ in string.Formatter().parse(self.format):
+            out.append(literal)
+            if name is not None:
+                out.append(value)
+        return "".join(out)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"location": self.location, "name": self.name, "format": self.format}

@@ -1,0 +1,292 @@
+"""Credential injection and the relay's security rules: each binding overwrites only its own target,
+literal formats pin constants, JSON bindings reserialize strictly, platform settings are read from
+treg's own settings, and what an upstream may not say (treg's cookies, X-Treg-* headers, sniffable or
+scriptable content) never reaches the caller as if it were treg's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from treg import tenancy, testing
+from treg.keys import SERVICES
+from treg.settings import SecretStr
+from treg.testing import http_response, raw_upstream
+
+
+@pytest.fixture
+async def up():
+    async with raw_upstream() as server:
+        yield server
+
+
+def hb(name: str, sid: str, fmt: str = "{secret}", **kw) -> dict:
+    return {"location": "header", "name": name, "format": fmt, "secret_id": sid, **kw}
+
+
+def qb(name: str, sid: str, fmt: str = "{secret}", **kw) -> dict:
+    return {"location": "query", "name": name, "format": fmt, "secret_id": sid, **kw}
+
+
+def jb(name: str, sid: str, fmt: str = "{secret}", **kw) -> dict:
+    return {"location": "json", "name": name, "format": fmt, "secret_id": sid, **kw}
+
+
+def refused(r, status: int, code: str, blame: str | None = None) -> dict:
+    assert r.status == status, (r.status, r.body)
+    assert r.header("X-Treg-Error") == "1"
+    assert r.header("X-Treg-Call-Id").startswith("call_")
+    body = r.json()
+    assert body["error"] == code, body
+    assert isinstance(body["detail"], str) and body["detail"]
+    if blame:
+        assert body["blame"] == blame, body
+    return body
+
+
+# -- injection ----------------------------------------------------------------------------------------
+
+async def test_several_bindings_header_query_json(gateway, up):
+    s_hdr = await gateway.secret("sk_header_111111", name="h")
+    s_q = await gateway.secret("q&v=l ue/2222", name="q")
+    s_json = await gateway.secret({"client_id": "cid", "token": "tok_json_3333"}, name="j")
+    await gateway.tool("multi", up.url + "/v1", [hb("Authorization", s_hdr, "Bearer {secret}"),
+                                                 qb("api_key", s_q),
+                                                 jb("auth_token", s_json, secret_field="token")])
+    body = json.dumps({"name": "Zoë 日本", "n": 1, "nested": {"a": [1, 2]}}).encode()
+    r = await gateway.raw("POST", "/call/multi/items?x=1&api_key=callers&y=2&api_key=again",
+                          [("Content-Type", "application/json"), ("Authorization", "Bearer caller")], body)
+    assert r.status == 200, r.body
+    ex = up.last
+    assert ex.header_all("Authorization") == ["Bearer sk_header_111111"]
+    assert ex.target == "/v1/items?x=1&y=2&api_key=q%26v%3Dl%20ue%2F2222"
+    sent = json.loads(ex.body)
+    assert sent == {"name": "Zoë 日本", "n": 1, "nested": {"a": [1, 2]}, "auth_token": "tok_json_3333"}
+    assert "Zoë 日本".encode() in ex.body  # UTF-8, not \u escapes
+    assert b"\\u" not in ex.body
+    assert ex.header("Content-Length") == str(len(ex.body))
+    assert ex.header("Content-Type") == "application/json"
+    # the caller never sees a credential
+    for secret in (b"sk_header_111111", b"tok_json_3333", b"2222"):
+        assert secret not in r.head + r.body
+
+
+async def test_header_binding_overwrites_every_caller_value(gateway, up):
+    sid = await gateway.secret("real-key-123")
+    await gateway.tool("t", up.url, [hb("X-Api-Key", sid)])
+    await gateway.raw("GET", "/call/t/x", [("x-api-key", "forged-1"), ("X-API-KEY", "forged-2"), ("X-Other", "o")])
+    assert up.last.header_all("X-Api-Key") == ["real-key-123"]
+    assert b"forged" not in up.last.raw
+    assert up.last.header("X-Other") == "o"
+
+
+async def test_literal_format_pins_a_constant_over_the_callers_value(gateway, up):
+    sid = await gateway.secret("the-key-abcdef")
+    await gateway.tool("pinned", up.url, [hb("x-api-version", sid, "2025-11-01"), hb("Authorization", sid,
+                                                                                      "Token {secret}")])
+    await gateway.raw("GET", "/call/pinned/x", [("X-Api-Version", "1999-01-01")])
+    assert up.last.header_all("x-api-version") == ["2025-11-01"]
+    assert up.last.header("Authorization") == "Token the-key-abcdef"
+    await gateway.raw("GET", "/call/pinned/x")
+    assert up.last.header_all("x-api-version") == ["2025-11-01"]
+
+
+async def test_literal_format_with_escaped_braces(gateway, up):
+    sid = await gateway.secret("k-123456")
+    await gateway.tool("br", up.url, [hb("X-Json", sid, '{{"v": 1}}'), hb("X-Key", sid, "{{{secret}}}")])
+    await gateway.raw("GET", "/call/br/x")
+    assert up.last.header("X-Json") == '{"v": 1}'
+    assert up.last.header("X-Key") == "{k-123456}"
+
+
+async def test_query_binding_replaces_callers_same_name_params_only(gateway, up):
+    sid = await gateway.secret("qs-secret-9")
+    await gateway.tool("q", up.url + "/v1?fixed=1", [qb("key", sid)])
+    await gateway.raw("GET", "/call/q/s?key=mine&keys=other&k%65y=encoded&key&tag=a&tag=b")
+    assert up.last.target == "/v1/s?fixed=1&keys=other&tag=a&tag=b&key=qs-secret-9"
+
+
+async def test_query_binding_on_base_url_param(gateway, up):
+    sid = await gateway.secret("qs-secret-9")
+    await gateway.tool("q", up.url + "/v1?key=placeholder&x=1", [qb("key", sid)])
+    await gateway.raw("GET", "/call/q")
+    assert up.last.target == "/v1?x=1&key=qs-secret-9"
+
+
+async def test_json_binding_into_empty_body(gateway, up):
+    sid = await gateway.secret("js-secret-1")
+    await gateway.tool("j", up.url, [jb("api_key", sid)])
+    r = await gateway.raw("POST", "/call/j/x")
+    assert r.status == 200, r.body
+    assert json.loads(up.last.body) == {"api_key": "js-secret-1"}
+    assert up.last.header("Content-Length") == str(len(up.last.body))
+
+
+async def test_json_binding_overwrites_callers_field(gateway, up):
+    sid = await gateway.secret("js-secret-1")
+    await gateway.tool("j", up.url, [jb("api_key", sid)])
+    await gateway.raw("POST", "/call/j/x", [("Content-Type", "application/json; charset=utf-8")],
+                      b'{"api_key": "forged", "q": "\\u00e9"}')
+    assert json.loads(up.last.body) == {"api_key": "js-secret-1", "q": "é"}
+    assert up.last.header("Content-Type") == "application/json; charset=utf-8"
+    assert b"forged" not in up.last.raw
+
+
+async def test_json_binding_over_a_large_streamed_body(gateway, up):
+    sid = await gateway.secret("js-secret-1")
+    await gateway.tool("j", up.url, [jb("api_key", sid)])
+    doc = {"rows": ["x" * 100] * 2000}
+    body = json.dumps(doc).encode()
+    assert len(body) > 64 * 1024
+    r = await gateway.raw("POST", "/call/j/x", [("Transfer-Encoding", "chunked")],
+                          chunks=[body[:70_000], body[70_000:]])
+    assert r.status == 200, r.body
+    assert json.loads(up.last.body) == {**doc, "api_key": "js-secret-1"}
+    assert up.last.header("Content-Length") == str(len(up.last.body))
+    assert up.last.header("Transfer-Encoding") is None
+
+
+async def test_json_binding_duplicate_keys_refused(gateway, up):
+    sid = await gateway.secret("js-secret-1")
+    await gateway.tool("j", up.url, [jb("api_key", sid)])
+    r = await gateway.raw("POST", "/call/j/x", body=b'{"model": "cheap", "model": "expensive"}')
+    refused(r, 400, "duplicate_json_key", "caller")
+    r = await gateway.raw("POST", "/call/j/x", body=b'{"a": {"k": 1, "k": 2}}')
+    refused(r, 400, "duplicate_json_key", "caller")
+    assert up.exchanges == []
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'"str"', b"\xff\xfe{}", b'{"a": 1'])
+async def test_json_binding_non_object_body_refused(gateway, up, body):
+    sid = await gateway.secret("js-secret-1")
+    await gateway.tool("j", up.url, [jb("api_key", sid)])
+    r = await gateway.raw("POST", "/call/j/x", [("Content-Type", "application/json")], body)
+    refused(r, 400, "invalid_json_body", "caller")
+    assert up.exchanges == []
+
+
+async def test_json_binding_with_encoded_body(gateway, up):
+    import gzip
+
+    sid = await gateway.secret("js-secret-1")
+    await gateway.tool("j", up.url, [jb("api_key", sid)])
+    r = await gateway.raw("POST", "/call/j/x", [("X-Treg-Body-Encoding", "gzip")], gzip.compress(b'{"q": 1}'))
+    assert r.status == 200, r.body
+    assert json.loads(up.last.body) == {"q": 1, "api_key": "js-secret-1"}
+
+
+async def test_secret_field_of_a_json_secret(gateway, up):
+    sid = await gateway.secret({"user": "u1", "password": "pw-777777"})
+    await gateway.tool("f", up.url, [hb("X-User", sid, secret_field="user"),
+                                     hb("X-Pass", sid, "pw={secret}", secret_field="password")])
+    await gateway.raw("GET", "/call/f/x")
+    assert up.last.header("X-User") == "u1"
+    assert up.last.header("X-Pass") == "pw=pw-777777"
+
+
+async def test_secret_field_not_a_string_is_502(gateway, up):
+    sid = await gateway.secret({"n": 5, "ok": "x"})
+    await gateway.tool("f", up.url, [hb("X-N", sid, secret_field="n")])
+    r = await gateway.raw("GET", "/call/f/x")
+    refused(r, 502, "secret_field_invalid")
+    assert up.exchanges == []
+
+
+@pytest.fixture
+async def platform_gateway(aiohttp_client, make_app):
+    client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",),
+                                           platform={"TREG_PLATFORM_ADS_TOKEN": SecretStr("dev-token-42")}))
+    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    return testing.Gateway(client, org)
+
+
+async def test_platform_setting_binding_reads_settings(platform_gateway, up):
+    gw = platform_gateway
+    sid = await gw.secret("org-own-oauth-1")
+    await gw.tool("ads", up.url, [hb("Authorization", sid, "Bearer {secret}"),
+                                  {"location": "header", "name": "developer-token",
+                                   "platform_setting": "TREG_PLATFORM_ADS_TOKEN"}])
+    r = await gw.raw("GET", "/call/ads/x", [("developer-token", "forged")])
+    assert r.status == 200, r.body
+    assert up.last.header_all("developer-token") == ["dev-token-42"]
+    assert up.last.header("Authorization") == "Bearer org-own-oauth-1"
+    assert b"dev-token-42" not in r.head + r.body
+
+
+async def test_missing_platform_setting_is_502_naming_it(platform_gateway, up):
+    gw = platform_gateway
+    await gw.tool("ads", up.url, [{"location": "query", "name": "dt", "platform_setting": "TREG_PLATFORM_NOT_SET"}])
+    r = await gw.raw("GET", "/call/ads/x")
+    body = refused(r, 502, "platform_setting_missing", "treg")
+    assert "TREG_PLATFORM_NOT_SET" in body["detail"]
+    assert up.exchanges == []
+
+
+# -- what an upstream may not say ---------------------------------------------------------------------
+
+@pytest.fixture
+async def plain(gateway, up):
+    await gateway.tool("up", up.url)
+
+
+async def test_treg_cookies_cannot_be_set_by_upstream(gateway, up, plain):
+    up.responder = lambda ex: http_response(200, b"x", [
+        ("Set-Cookie", "treg_session=evil; Path=/"), ("Set-Cookie", "keep=1"),
+        ("set-cookie", " treg_oauth_state=evil"), ("Set-Cookie", "treg_session_other=fine")])
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.header_all("Set-Cookie") == ["keep=1", "treg_session_other=fine"]
+    assert b"evil" not in r.head
+
+
+async def test_upstream_x_treg_headers_dropped(gateway, up, plain):
+    up.responder = lambda ex: http_response(200, b"x", [("X-Treg-Error", "1"), ("X-Treg-Cost-Micro", "999"),
+                                                        ("x-treg-anything", "y"), ("X-Other", "o")])
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.header("X-Treg-Error") is None
+    assert r.header("X-Treg-Cost-Micro") is None
+    assert r.header("x-treg-anything") is None
+    assert r.header("X-Other") == "o"
+
+
+async def test_upstream_error_with_forged_treg_error_still_not_treg(gateway, up, plain):
+    up.responder = lambda ex: http_response(502, b'{"error": "x"}', [("X-Treg-Error", "1")])
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.status == 502 and r.header("X-Treg-Error") is None
+
+
+async def test_nosniff_replaces_upstreams_value(gateway, up, plain):
+    up.responder = lambda ex: http_response(200, b"<html>", [("X-Content-Type-Options", "sniff-please"),
+                                                             ("Content-Type", "text/html")])
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.header_all("X-Content-Type-Options") == ["nosniff"]
+    up.responder = None
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.header_all("X-Content-Type-Options") == ["nosniff"]
+
+
+async def test_csp_sandbox_added_beside_upstreams_policy(gateway, up, plain):
+    up.responder = lambda ex: http_response(200, b"<html>", [("Content-Security-Policy", "default-src 'self'"),
+                                                             ("Content-Type", "text/html")])
+    r = await gateway.raw("GET", "/call/up/x")
+    assert sorted(r.header_all("Content-Security-Policy")) == ["default-src 'self'", "sandbox"]
+    up.responder = None
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.header_all("Content-Security-Policy") == ["sandbox"]
+
+
+@pytest.mark.parametrize("status", [200, 404, 500, 204, 304])
+async def test_security_headers_on_every_relayed_answer(gateway, up, plain, status):
+    up.responder = lambda ex: http_response(status, b"" if status in (204, 304) else b"x")
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.status == status
+    assert r.header("X-Content-Type-Options") == "nosniff"
+    assert "sandbox" in r.header_all("Content-Security-Policy")
+
+
+async def test_redirect_to_a_blocked_host_not_followed(gateway, up, plain):
+    async with raw_upstream() as other:
+        up.responder = lambda ex: http_response(302, b"", [("Location", other.url + "/steal")])
+        r = await gateway.raw("GET", "/call/up/x")
+        assert r.status == 302
+        assert other.exchanges == []
