@@ -155,25 +155,32 @@ def cmd_rotate_key(args: argparse.Namespace, settings: Settings) -> int:
     new_text = args.new_key or crypto.new_key_text()
     new_key = crypto.decode_key(new_text)
     new_box = crypto.SecretBox(new_key, previous=(old.current, *old.previous))
-    moved = asyncio.run(_with_services(settings, lambda svc: secrets_store.rotate_key(
-        svc, new_box, progress=_progress("re-encrypting secrets"))))
+    # The new key is kept BEFORE any blob moves: a rotation cut short (crash, Ctrl-C) leaves blobs under
+    # both keys, and both stay readable. Rerunning the command finishes the job.
     if settings.secret_key is None:
-        # the key lives in $TREG_HOME: keep the old one as previous until every process restarted
-        path = crypto.key_file(settings)
-        prev = settings.home / "secret.key.previous"
-        with open(prev, "a") as fh:
-            os.chmod(prev, 0o600)
-            fh.write(path.read_text().strip() + "\n")
+        path, prev = crypto.key_file(settings), crypto.previous_file(settings)
+        known = prev.read_text().split() if prev.exists() else []
+        old_text = path.read_text().strip()
+        if old_text not in known:
+            fd = os.open(prev, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as fh:
+                fh.write(old_text + "\n")
         tmp = path.with_suffix(".new")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(new_text + "\n")
-        os.replace(tmp, path)
-        _print_json({"reencrypted": moved, "key_id": new_box.key_id, "key_file": str(path)})
+        os.replace(tmp, path)  # running tregs reload the files and follow (treg.infra.crypto.SecretBox)
     else:
-        _print_json({"reencrypted": moved, "key_id": new_box.key_id,
-                     "note": "set TREG_SECRET_KEY to the new key printed on stderr on every treg process"})
-        print(new_text, file=sys.stderr)
+        print(f"new TREG_SECRET_KEY (set it on every treg process; keep the old one until this finishes): "
+              f"{new_text}", file=sys.stderr, flush=True)
+    moved = asyncio.run(_with_services(settings, lambda svc: secrets_store.rotate_key(
+        svc, new_box, progress=_progress("re-encrypting secrets"))))
+    out: dict[str, Any] = {"reencrypted": moved, "key_id": new_box.key_id, "previous_key_id": old.key_id}
+    if settings.secret_key is None:
+        out["key_file"] = str(crypto.key_file(settings))
+    else:
+        out["note"] = "set TREG_SECRET_KEY to the new key printed on stderr on every treg process"
+    _print_json(out)
     return 0
 
 

@@ -48,7 +48,7 @@ async def create_secret(svc: Services, ident: Identity, body: dict[str, Any]) ->
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(
             insert(secrets).values(id=secret_id, org_id=ident.org_id, name=name.strip(), provider=provider, blob=blob,
-                                   key_id=svc.box.key_id, is_json=is_json).returning(*PUBLIC_COLUMNS))
+                                   key_id=svc.box.blob_key_id(blob), is_json=is_json).returning(*PUBLIC_COLUMNS))
         await notify(tx, "secrets", ident.org_id)
     forget_local(svc, ident.org_id)
     assert row is not None

@@ -11,15 +11,19 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from treg.errors import ConfigError, TregError
 from treg.settings import SecretStr, Settings
+
+log = logging.getLogger(__name__)
 
 _VERSION = b"t1"
 _KEY_ID_LEN = 8
@@ -36,7 +40,9 @@ def key_id_of(key: bytes) -> str:
 
 def decode_key(text: str) -> bytes:
     try:
-        raw = base64.urlsafe_b64decode(text.strip().encode() + b"=" * (-len(text.strip()) % 4))
+        # strict: characters outside the urlsafe alphabet or data after the padding are a typo, not a key
+        raw = base64.b64decode(text.strip().encode() + b"=" * (-len(text.strip()) % 4), altchars=b"-_",
+                               validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ConfigError("TREG_SECRET_KEY is not urlsafe base64", code="bad_secret_key") from exc
     if len(raw) != 32:
@@ -50,10 +56,32 @@ def new_key_text() -> str:
 
 @dataclass(frozen=True)
 class SecretBox:
-    """Encrypts with the current key; decrypts with any key it knows (current or previous)."""
+    """Encrypts with the current key; decrypts with any key it knows (current or previous).
+
+    ``reload`` (set by :func:`load_box`) re-reads the key files, so a running treg follows
+    ``treg secrets rotate-key``: it encrypts under the newest key and, meeting a blob under a key id it
+    does not know yet, reloads before giving up.
+    """
 
     current: bytes = field(repr=False)
     previous: tuple[bytes, ...] = field(default=(), repr=False)
+    reload: Callable[[], "SecretBox"] | None = field(default=None, repr=False, compare=False)
+
+    def refresh(self) -> bool:
+        """Take the keys ``reload`` reads now; True when they changed."""
+        if self.reload is None:
+            return False
+        try:
+            fresh = self.reload()
+        except ConfigError as exc:  # a half-written or missing key file: keep the keys we have
+            log.warning("secret keys not reloaded: %s", exc.detail)
+            return False
+        if (fresh.current, fresh.previous) == (self.current, self.previous):
+            return False
+        # frozen for callers; the box itself swaps its keys (sync code: no await between the two writes)
+        object.__setattr__(self, "previous", tuple(dict.fromkeys((*fresh.previous, self.current))))
+        object.__setattr__(self, "current", fresh.current)
+        return True
 
     @property
     def key_id(self) -> str:
@@ -69,6 +97,7 @@ class SecretBox:
         return org_id.encode() + b"\0" + secret_id.encode()
 
     def encrypt(self, plaintext: bytes, *, org_id: str, secret_id: str) -> bytes:
+        self.refresh()  # writes are rare: always encrypt under the newest key
         nonce = os.urandom(_NONCE_LEN)
         ct = AESGCM(self.current).encrypt(nonce, plaintext, self._aad(org_id, secret_id))
         return _VERSION + self.key_id.encode() + nonce + ct
@@ -82,6 +111,8 @@ class SecretBox:
             raise DecryptError("a stored secret is not in a format this treg reads")
         kid = self.blob_key_id(blob)
         key = self._keys().get(kid)
+        if key is None and self.refresh():
+            key = self._keys().get(kid)
         if key is None:
             raise DecryptError(f"a stored secret was encrypted under key {kid}, which this treg does not have")
         nonce = blob[2 + _KEY_ID_LEN:2 + _KEY_ID_LEN + _NONCE_LEN]
@@ -95,27 +126,33 @@ def key_file(settings: Settings) -> Path:
     return settings.home / "secret.key"
 
 
-def load_box(settings: Settings) -> SecretBox:
+def previous_file(settings: Settings) -> Path:
+    return settings.home / "secret.key.previous"
+
+
+def load_box(settings: Settings, *, create: bool = True) -> SecretBox:
     """The master key from TREG_SECRET_KEY, else from ``$TREG_HOME/secret.key`` (created 0600 once).
 
-    Previous keys (kept by ``treg secrets rotate-key`` until every blob moved) live in
-    ``$TREG_HOME/secret.key.previous``, one per line.
+    Previous keys (kept by ``treg secrets rotate-key``) live in ``$TREG_HOME/secret.key.previous``,
+    one per line. The box reloads these files (never creating one) when the keys may have moved.
     """
     if settings.secret_key is not None:
         current = decode_key(settings.secret_key.reveal())
     else:
         path = key_file(settings)
+        if not path.exists() and not create:
+            raise ConfigError(f"the key file {path} is missing", code="bad_secret_key")
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as fh:
                 fh.write(new_key_text() + "\n")
         current = decode_key(path.read_text())
-    previous_path = settings.home / "secret.key.previous"
+    previous_path = previous_file(settings)
     previous: tuple[bytes, ...] = ()
     if previous_path.exists():
         previous = tuple(decode_key(line) for line in previous_path.read_text().split() if line.strip())
-    return SecretBox(current, previous)
+    return SecretBox(current, previous, reload=lambda: load_box(settings, create=False))
 
 
 def reveal(value: SecretStr | None) -> str | None:
