@@ -157,8 +157,9 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
         found = {r["id"]: r["is_json"] for r in rows}
         for i, b in enumerate(out):
             if b.secret_id and b.secret_id not in found:
-                raise Unprocessable(f"bindings[{i}].secret_id {b.secret_id!r} is not a secret of this org",
-                                    code="unknown_secret")
+                # the id is not echoed: a caller who pasted the secret itself here must not see it come back
+                raise Unprocessable(f"bindings[{i}].secret_id is not a secret of this org (GET /api/v1/secrets "
+                                    "lists their ids)", code="unknown_secret")
             if b.secret_id and b.secret_field and not found[b.secret_id]:
                 raise Unprocessable(f"bindings[{i}].secret_field needs a JSON-object secret", code="invalid_binding")
     return out
