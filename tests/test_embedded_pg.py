@@ -1,0 +1,172 @@
+"""The embedded PostgreSQL: ``treg serve`` with no TREG_DATABASE_URL starts one under $TREG_HOME/pg,
+stops it on SIGTERM and reuses it on the next start. One end-to-end run of the real command (it
+initialises a fresh data folder: a few seconds), plus unit tests of the starter's edges.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treg.errors import ConfigError
+from treg.infra import embedded_pg
+
+VALUE = "sk_live_EMBEDDEDCANARY_93e1"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
+    env.update(TREG_HOME=str(home), TREG_LOG_LEVEL="INFO")
+    return env
+
+
+def _http(method: str, url: str, token: str | None = None, body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("X-Treg-Token", token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+class Served:
+    """``treg serve`` in a subprocess, waited for until /healthz answers (bounded)."""
+
+    def __init__(self, home: Path, log: Path) -> None:
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._fh = open(log, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "treg", "serve", "--port", str(self.port)],
+                                     env=_env(home), stdout=self._fh, stderr=subprocess.STDOUT)
+        for _ in range(600):  # up to ~60 s: a fresh data folder is initialised first
+            if self.proc.poll() is not None:
+                raise AssertionError(f"treg serve exited {self.proc.returncode}: {log.read_text()}")
+            try:
+                with urllib.request.urlopen(self.base + "/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise AssertionError(f"treg serve never answered /healthz: {log.read_text()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self._fh.close()
+        return self.proc.returncode
+
+
+def _files_containing(root: Path, needle: bytes) -> list[str]:
+    hits = []
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            try:
+                if needle in path.read_bytes():
+                    hits.append(str(path))
+            except (PermissionError, FileNotFoundError, IsADirectoryError):
+                continue
+    return hits
+
+
+def test_serve_end_to_end_on_embedded_postgres(tmp_path):
+    home = tmp_path / "home"
+    server = Served(home, tmp_path / "serve.log")
+    try:
+        assert (home / "pg" / "PG_VERSION").exists() and (home / "pg" / "postmaster.pid").exists()
+        assert (home / "secret.key").exists()
+        # `treg init` while the server runs, on the same embedded database
+        init = subprocess.run([sys.executable, "-m", "treg", "init", "--org", "acme", "--email", "me@acme.test"],
+                              env=_env(home), capture_output=True, text=True, timeout=120)
+        assert init.returncode == 0, init.stderr
+        org = json.loads(init.stdout)
+        token = org["token"]
+        status, me = _http("GET", server.base + "/api/v1/me", token)
+        assert status == 200 and me["org_id"] == org["org_id"] and me["role"] == "owner"
+        status, secret = _http("POST", server.base + "/api/v1/secrets", token, {"name": "stripe", "value": VALUE})
+        assert status == 201, secret
+        status, tool = _http("POST", server.base + "/api/v1/tools", token, {
+            "name": "stripe", "base_url": "https://api.stripe.com",
+            "bindings": [{"location": "header", "name": "Authorization", "format": "Bearer {secret}",
+                          "secret_id": secret["id"]}]})
+        assert status == 201, tool
+        status, err = _http("GET", server.base + "/api/v1/me", "treg_wrong")
+        assert status == 401 and set(err) >= {"error", "detail", "blame"}
+    finally:
+        code = server.stop()
+    log = server.log.read_text()
+    assert code == 0, log
+    assert "Traceback" not in log, log
+    assert token not in log and VALUE not in log
+    # the embedded server stopped with treg (no one else uses this data folder)
+    assert not (home / "pg" / "postmaster.pid").exists(), log
+    # nothing under TREG_HOME holds the secret in plain text, the database's own files included
+    # (PostgreSQL flushed its buffers at shutdown, so the rows are on disk by now)
+    assert _files_containing(home, VALUE.encode()) == []
+    assert _files_containing(home, b"api.stripe.com"), "the search sees the database's files"
+
+    # the next start reuses the data folder: the org, token and tool are still there
+    again = Served(home, tmp_path / "serve2.log")
+    try:
+        status, me = _http("GET", again.base + "/api/v1/me", token)
+        assert status == 200 and me["org_id"] == org["org_id"]
+        status, tools = _http("GET", again.base + "/api/v1/tools", token)
+        assert status == 200 and [t["name"] for t in tools["tools"]] == ["stripe"]
+    finally:
+        assert again.stop() == 0, again.log.read_text()
+
+
+def test_no_postgres_available_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(embedded_pg, "_start_pgserver", lambda pg_dir: None)
+    monkeypatch.setattr(embedded_pg, "_start_system", lambda pg_dir: None)
+    with pytest.raises(ConfigError) as info:
+        embedded_pg.start(tmp_path / "pg")
+    assert info.value.code == "embedded_db_missing"
+    assert "TREG_DATABASE_URL" in info.value.detail and "pgserver" in info.value.detail
+
+
+def test_a_failing_start_is_a_config_error(monkeypatch, tmp_path):
+    def boom(pg_dir: Path) -> None:
+        raise subprocess.CalledProcessError(1, ["initdb"], stderr=b"initdb: could not create directory")
+
+    monkeypatch.setattr(embedded_pg, "_start_pgserver", boom)
+    with pytest.raises(ConfigError) as info:
+        embedded_pg.start(tmp_path / "pg")
+    assert info.value.code == "embedded_db_failed" and "could not create directory" in info.value.detail
+
+
+def test_uri_to_dsn():
+    assert embedded_pg._uri_to_dsn("postgresql://postgres:@/postgres?host=/data/pg") == \
+        "host=/data/pg user=postgres dbname=postgres"
+    server = embedded_pg.EmbeddedPostgres("host=/x user=postgres dbname=postgres", lambda: None, "test")
+    assert server.dsn("treg") == "host=/x user=postgres dbname=treg"
