@@ -135,7 +135,14 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
         error = exc
         if request.transport is not None:
             request.transport.close()
-    except BaseException as exc:  # disconnect, cancellation: recorded, then re-raised
+    except ConnectionError as exc:
+        # the caller went away mid-answer (a failed write: `treg serve` does not cancel handlers). An
+        # ordinary event, recorded as cancelled; re-raised it became an "unexpected error" and a 500.
+        # The transport is cut all the same: aiohttp must not finish the answer as if it were whole
+        error = exc
+        if request.transport is not None:
+            request.transport.close()
+    except BaseException as exc:  # cancellation: recorded, then re-raised
         error = exc
         raise
     finally:
