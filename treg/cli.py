@@ -37,14 +37,16 @@ async def _with_services(settings: Settings, fn: Callable[[Any], Coroutine[Any, 
     from treg.infra.db import Database
     from treg.infra.ssrf import SsrfPolicy
 
+    # plugins and the key first, as `treg serve` does: a bad plugin is reported before any database work
+    pm = plugins.create_manager(settings.plugins_dir)
+    injectors = plugins.collect_injectors(pm)
+    box = crypto.load_box(settings)
     loop = asyncio.get_running_loop()
     dsn = await loop.run_in_executor(None, resolve_dsn, settings)
     await loop.run_in_executor(None, migrate.upgrade, dsn)
-    pm = plugins.create_manager(settings.plugins_dir)
     db = await Database(dsn, minsize=1, maxsize=2).open()
     try:
-        svc = Services(settings=settings, db=db, box=crypto.load_box(settings), pm=pm,
-                       injectors=plugins.collect_injectors(pm),
+        svc = Services(settings=settings, db=db, box=box, pm=pm, injectors=injectors,
                        ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
         return await fn(svc)
     finally:

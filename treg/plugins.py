@@ -54,7 +54,11 @@ def _import_file(path: Path) -> ModuleType:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)  # no half-imported module left behind
+        raise
     return module
 
 
@@ -89,6 +93,11 @@ def create_manager(plugins_dir: Path | None = None, extra: Iterable[Any] = ()) -
         name = getattr(obj, "__name__", None) or f"extra:{type(obj).__name__}:{i}"
         _register(pm, obj, name)
         sources[name] = "extra"
+    try:
+        pm.check_pending()  # a hookimpl with no spec is a typo (treg_register_injector): refuse, don't ignore
+    except pluggy.PluginValidationError as exc:
+        raise ConfigError(f"plugin {pm.get_name(exc.plugin)!r} implements a hook treg does not have: {exc}",
+                          code="plugin_failed") from exc
     pm.treg_sources = sources  # type: ignore[attr-defined]
     return pm
 
@@ -119,7 +128,14 @@ def collect_injectors(pm: pluggy.PluginManager) -> Mapping[str, Injector]:
     startup."""
     found: dict[str, tuple[Injector, str, bool]] = {}
     for impl in reversed(pm.hook.treg_register_injectors.get_hookimpls()):
-        result = impl.function() or []
+        try:
+            result = impl.function() or []
+        except Exception as exc:  # fail closed, naming the plugin: treg never starts half-configured
+            raise ConfigError(f"plugin {impl.plugin_name!r} failed in treg_register_injectors: {exc!r}",
+                              code="plugin_failed") from exc
+        if not isinstance(result, (list, tuple)):
+            raise ConfigError(f"plugin {impl.plugin_name!r}: treg_register_injectors must return a list of "
+                              f"injectors, not {type(result).__name__}", code="plugin_failed")
         for injector in result:
             if not isinstance(injector, Injector) or not isinstance(getattr(injector, "location", None), str):
                 raise ConfigError(f"plugin {impl.plugin_name!r}: treg_register_injectors returned {injector!r}, "

@@ -1,0 +1,4 @@
+"""A plugin with a syntax error."""
+
+def oops(:
+    pass
