@@ -10,7 +10,7 @@ import gzip
 
 import pytest
 
-from treg.testing import http_response, raw_upstream
+from treg.testing import http_response, raw_exchange, raw_upstream
 
 
 @pytest.fixture
@@ -422,3 +422,39 @@ async def test_upstream_cannot_spoof_call_id(gateway, up, tool):
     r = await gateway.raw("GET", "/call/up/h")
     ids = r.header_all("X-Treg-Call-Id")
     assert len(ids) == 1 and ids[0] != "call_forged"
+
+
+# -- non-ASCII header bytes ---------------------------------------------------------------------------
+
+async def test_utf8_header_value_relayed_byte_for_byte(gateway, up, tool):
+    value = "attachment; filename=\"résumé-日本.pdf\"".encode()
+    up.responder = respond(b"HTTP/1.1 200 OK\r\nContent-Disposition: " + value + b"\r\nContent-Length: 2\r\n\r\nok")
+    token = gateway.org["token"].encode()
+    data = (b"GET /call/up/u HTTP/1.1\r\nHost: h\r\nX-Treg-Token: " + token + b"\r\nX-Name: " + value
+            + b"\r\n\r\n")
+    r = await raw_exchange(gateway.client.port, data)
+    assert r.status == 200
+    assert b"\r\nX-Name: " + value + b"\r\n" in up.last.raw  # request side: the same bytes
+    assert b"\r\nContent-Disposition: " + value + b"\r\n" in r.head  # answer side: the same bytes
+
+
+async def test_non_utf8_header_bytes_do_not_break_the_call(gateway, up, tool):
+    # obs-text that is not UTF-8 cannot be re-sent byte for byte by aiohttp's writer; it is read as
+    # latin-1 (and sent as that text's UTF-8), never dropped silently and never a 500
+    up.responder = respond(b"HTTP/1.1 500 Err\r\nX-Up: caf\xe9\r\nContent-Length: 1\r\n\r\nx")
+    token = gateway.org["token"].encode()
+    data = (b"GET /call/up/u HTTP/1.1\r\nHost: h\r\nX-Treg-Token: " + token + b"\r\nX-Odd: caf\xe9\r\n"
+            b"X-Treg-Tag: t\xff\r\nUser-Agent: ag\xe9nt\r\n\r\n")
+    r = await raw_exchange(gateway.client.port, data)
+    assert r.status == 500 and r.body == b"x"
+    assert up.last.header("X-Odd") == "caf\u00c3\u00a9"  # RawUpstream reads latin-1: this is UTF-8 "café"
+    assert r.header("X-Up") == "caf\u00c3\u00a9"
+    # and the failed call (with its evidence) was audited
+    import asyncio
+
+    for _ in range(250):
+        calls = await gateway.calls()
+        if calls:
+            break
+        await asyncio.sleep(0.02)
+    assert [c["status"] for c in calls] == [500]

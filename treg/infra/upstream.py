@@ -68,6 +68,16 @@ def create_session(settings: Settings, resolver: aiohttp.abc.AbstractResolver | 
                                  requote_redirect_url=False, request_class=FaithfulRequest)
 
 
+def header_text(raw: bytes) -> str:
+    """A header name or value as text aiohttp's writers re-encode to the same bytes: they write UTF-8,
+    so UTF-8 (and ASCII) is decoded as UTF-8 — read as latin-1 it went out double-encoded. Bytes that
+    are not UTF-8 (legacy obs-text) have no such text; they are read as latin-1, never dropped."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 @dataclass(frozen=True)
 class UpstreamRequest:
     method: str
@@ -164,6 +174,6 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: i
     finally:
         _EXACT_HEADERS.reset(exact)
     closer = CloseOnce(resp)
-    headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers)
+    headers = tuple((header_text(k), header_text(v)) for k, v in resp.raw_headers)
     return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,
                             body=_iterate(resp, closer, chunk), closer=closer)

@@ -15,6 +15,7 @@ from treg.call import evidence, service
 from treg.call.types import CallInput
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
+from treg.infra.upstream import header_text
 from treg.keys import ERROR_HEADERS, SERVICES
 
 routes = web.RouteTableDef()
@@ -85,7 +86,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     raw_path = request.raw_path
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
-    headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers)
+    headers = tuple((header_text(k), header_text(v)) for k, v in request.raw_headers)
     declared = request.content_length
     chunked = "chunked" in request.headers.get(hdrs.TRANSFER_ENCODING, "").lower()
     body: object
@@ -102,12 +103,17 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         body = await request.content.readexactly(declared) if declared else b""
     else:
         body = request.content.iter_chunked(64 * 1024)
+    # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
+    # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
+    first = {}
+    for k, v in headers:
+        first.setdefault(k.lower(), v)
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
-                     headers=headers, token=request.headers.get("X-Treg-Token"),
-                     org_hint=request.headers.get("X-Treg-Org"), body=body,  # type: ignore[arg-type]
-                     content_length=declared, tag=request.headers.get("X-Treg-Tag"),
-                     idempotency_key=request.headers.get("Idempotency-Key"),
-                     user_agent=request.headers.get("User-Agent"))
+                     headers=headers, token=first.get("x-treg-token"),
+                     org_hint=first.get("x-treg-org"), body=body,  # type: ignore[arg-type]
+                     content_length=declared, tag=first.get("x-treg-tag"),
+                     idempotency_key=first.get("idempotency-key"),
+                     user_agent=first.get("user-agent"))
 
 
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
@@ -153,11 +159,13 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     return resp
 
 
-@routes.route("*", "/call/{rest:.*}")
+# [\s\S]: match_info is percent-decoded, and a target such as /call/%0d%0a... must still reach the call
+# surface (a clear 404 with X-Treg-Call-Id), not fall through the router as "no route" ('.' stops at \n)
+@routes.route("*", "/call/{rest:[\\s\\S]*}")
 async def call(request: web.Request) -> web.StreamResponse:
     return await handle(request, "call")
 
 
-@routes.route("*", "/catalog/call/{rest:.*}")
+@routes.route("*", "/catalog/call/{rest:[\\s\\S]*}")
 async def catalog_call(request: web.Request) -> web.StreamResponse:
     return await handle(request, "catalog")
