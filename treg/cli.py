@@ -59,7 +59,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from treg.app import AccessLogger, create_app
 
     host = args.host or settings.host
-    port = args.port or settings.port
+    port = args.port if args.port is not None else settings.port
     app = create_app(settings)
 
     async def run() -> None:
@@ -187,8 +187,11 @@ def cmd_rotate_key(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_settings(args: argparse.Namespace, settings: Settings) -> int:
-    from treg.settings import table
+    from treg.settings import markdown_table, table
 
+    if args.markdown:
+        print(markdown_table())
+        return 0
     for env, kind, default, help_ in table():
         print(f"{env:<34} {kind:<7} {default or '-':<22} {help_}")
     return 0
@@ -255,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_credits_grant)
 
     p = sub.add_parser("settings", help="print the settings table")
+    p.add_argument("--markdown", action="store_true", help="as the README's Markdown table")
     p.set_defaults(fn=cmd_settings)
     return parser
 

@@ -127,11 +127,21 @@ def table() -> list[tuple[str, str, str, str]]:
     rows = []
     for f in dataclasses.fields(Settings):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if isinstance(default, tuple):
+        if isinstance(default, bool):
+            default = "1" if default else "0"  # as the environment spells it
+        elif isinstance(default, tuple):
             default = ",".join(default)
         rows.append((f.metadata["env"], f.metadata["kind"], "" if default in (None, {}) else str(default),
                      f.metadata["help"]))
     return rows
+
+
+def markdown_table() -> str:
+    """The README's settings table (``treg settings --markdown``)."""
+    lines = ["| variable | meaning | default |", "| --- | --- | --- |"]
+    for env, _, default, help_ in table():
+        lines.append(f"| `{env}` | {help_} | {f'`{default}`' if default else '—'} |")
+    return "\n".join(lines)
 
 
 def _convert(name: str, kind: str, raw: Any) -> Any:

@@ -65,14 +65,14 @@ def _uri_to_dsn(uri: str) -> str:
 
 
 def _start_pgserver(pg_dir: Path) -> EmbeddedPostgres | None:
-    try:
-        import pgserver  # type: ignore[import-not-found]
-    except ImportError:
-        return None
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        try:
+            import pgserver  # type: ignore[import-not-found]
+        except ImportError:
+            return None
         server: Any = pgserver.get_server(pg_dir, cleanup_mode="stop")
     return EmbeddedPostgres(_uri_to_dsn(server.get_uri()), server.cleanup, "pgserver")
 
