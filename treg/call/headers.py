@@ -39,8 +39,11 @@ def _is_dropped(name: str, listed: set[str]) -> bool:
 
 def scrub_cookie(value: str) -> str | None:
     """The Cookie header without treg's own cookies (others kept verbatim, in order)."""
-    kept = [part for part in value.split(";")
-            if part.strip() and part.strip().split("=", 1)[0].strip() not in TREG_COOKIES]
+    parts = value.split(";")
+    ours = [part.strip().split("=", 1)[0].strip() in TREG_COOKIES for part in parts]
+    if not any(ours):
+        return value  # nothing of treg's: the caller's bytes, spacing and all
+    kept = [part for part, is_ours in zip(parts, ours) if part.strip() and not is_ours]
     if not kept:
         return None
     return ";".join(kept).strip()
