@@ -504,6 +504,13 @@ WRONG_TYPES = [
     ("/api/v1/deny-rules", {"host": "a.example.com", "project_id": {"a": 1}}),
     ("/api/v1/deny-rules", {"host": "a.example.com", "reason": 5}),
     ("/api/v1/deny-rules", {"host": "a" * 400 + ".example.com"}),
+    # a typo is refused, not ignored: ignoring it would grant more than the caller meant
+    ("/api/v1/tools", {"name": "t", "base_url": PUBLIC, "bindings": [], "allowed_member": ["m"]}),
+    ("/api/v1/members", {"email": "a@b.c", "project_id": "prj_1"}),
+    ("/api/v1/deny-rules", {"host": "a.example.com", "methods": ["POST"]}),
+    ("/api/v1/secrets", {"name": "n", "value": "v", "provder": "x"}),
+    ("/api/v1/projects", {"name": "n", "colour": "red"}),
+    ("/api/v1/tokens", {"member": "m"}),
 ]
 
 

@@ -12,7 +12,7 @@ from treg.domain.deny import DenyRule
 from treg.errors import BadRequest, NotFound, Unprocessable
 from treg.ids import new_id
 from treg.infra.schema import deny_rules, members, projects
-from treg.tenancy import Identity, forget_local, notify, require_manager
+from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, require_manager
 
 _HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$")
 _METHOD = re.compile(r"^[A-Za-z]{1,16}$")
@@ -22,6 +22,7 @@ COLUMNS = (deny_rules.c.id, deny_rules.c.host, deny_rules.c.path, deny_rules.c.m
 
 async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
+    refuse_unknown_fields(body, ("host", "path", "method", "member_id", "project_id", "reason"), "a deny rule")
     host = body.get("host")
     if not isinstance(host, str) or not _HOST.match(host.strip()) or len(host.strip()) > 300:
         raise BadRequest("host is required: a hostname, optionally with :port (e.g. api.stripe.com:443)",

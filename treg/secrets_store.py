@@ -17,7 +17,7 @@ from treg.errors import BadRequest, Conflict, IntegrityError, NotFound
 from treg.ids import new_id
 from treg.infra.crypto import SecretBox
 from treg.infra.schema import secrets, tools
-from treg.tenancy import Identity, forget_local, notify, require_manager
+from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, require_manager
 
 _PROVIDER = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 PUBLIC_COLUMNS = (secrets.c.id, secrets.c.name, secrets.c.provider, secrets.c.created_at, secrets.c.updated_at)
@@ -37,6 +37,7 @@ def _encode_value(value: Any) -> tuple[bytes, bool]:
 
 async def create_secret(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
+    refuse_unknown_fields(body, ("name", "value", "provider"), "a secret")
     name, provider = body.get("name"), body.get("provider")
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise BadRequest("a secret needs a non-empty name (at most 200 characters)", code="invalid_name")

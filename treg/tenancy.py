@@ -137,6 +137,15 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
     return ident
 
 
+def refuse_unknown_fields(body: dict[str, Any], allowed: Sequence[str], what: str) -> None:
+    """400 on a field the route does not take: a typo (``allowed_member`` for ``allowed_member_ids``)
+    silently ignored would grant more than the caller meant."""
+    unknown = set(body) - set(allowed)
+    if unknown:
+        raise BadRequest(f"unknown field(s) {sorted(unknown)} for {what}; it takes {sorted(allowed)}",
+                         code="invalid_field")
+
+
 def require_manager(ident: Identity) -> None:
     if not ident.is_manager:
         raise Forbidden("only an org owner or admin may do this", code="forbidden_role")
@@ -160,6 +169,7 @@ async def _check_project_ids(tx: Tx, org_id: str, project_ids: Any) -> tuple[str
 
 async def add_member(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
+    refuse_unknown_fields(body, ("email", "role", "project_ids"), "a member")
     email = check_email(body.get("email"))
     role = body.get("role", "member")
     if role not in ROLES:
@@ -193,6 +203,7 @@ async def list_members(svc: Services, ident: Identity) -> list[dict[str, Any]]:
 
 async def create_project(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
+    refuse_unknown_fields(body, ("name",), "a project")
     name = body.get("name")
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise BadRequest("a project needs a non-empty name (at most 200 characters)", code="invalid_name")

@@ -22,11 +22,12 @@ from treg.ids import new_id
 from treg.infra import ssrf
 from treg.infra.db import Tx
 from treg.infra.schema import members, projects, secrets, tools
-from treg.tenancy import Identity, forget_local, notify, require_manager
+from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, require_manager
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
 _SETTING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+TOOL_FIELDS = ("name", "base_url", "bindings", "project_id", "allowed_member_ids")
 TOOL_COLUMNS = (tools.c.id, tools.c.name, tools.c.base_url, tools.c.host, tools.c.bindings, tools.c.project_id,
                 tools.c.allowed_member_ids, tools.c.created_at, tools.c.updated_at)
 
@@ -201,6 +202,7 @@ def tool_json(row: dict[str, Any]) -> dict[str, Any]:
 
 async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
+    refuse_unknown_fields(body, TOOL_FIELDS, "a tool")
     name = _check_name(body.get("name"))
     base_url, host, hostname = parse_base_url(body.get("base_url"))
     await check_ssrf(svc, hostname)
@@ -246,10 +248,7 @@ async def get_tool(svc: Services, ident: Identity, tool_id: str) -> dict[str, An
 
 async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[str, Any]) -> dict[str, Any]:
     require_manager(ident)
-    allowed_keys = {"name", "base_url", "bindings", "project_id", "allowed_member_ids"}
-    unknown = set(body) - allowed_keys
-    if unknown:
-        raise BadRequest(f"unknown fields {sorted(unknown)}; a tool has {sorted(allowed_keys)}", code="invalid_field")
+    refuse_unknown_fields(body, TOOL_FIELDS, "a tool")
     values: dict[str, Any] = {}
     if "name" in body:
         values["name"] = _check_name(body["name"])
