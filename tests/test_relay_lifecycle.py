@@ -221,6 +221,23 @@ async def test_client_disconnect_closes_upstream_once(served, closes, caplog):
         assert up.connections == 2
 
 
+async def test_client_disconnect_during_a_silent_upstream_closes_it(served, closes):
+    """An SSE/long-poll answer whose caller left while the upstream says nothing: treg serve has no
+    failed write to notice it by, and must still close the upstream (not hold it for the read timeout)."""
+    streamer = StreamingUpstream(then="wait_for_eof")
+    async with raw_upstream(streamer) as up:
+        await served.tool("up", up.url)
+        reader, writer, head = await open_call(served.client.port, served.org["token"], "/call/up/sse")
+        assert head.startswith(b"HTTP/1.1 200")
+        await asyncio.wait_for(reader.readexactly(1000), BOUND)
+        writer.close()
+        await asyncio.wait_for(streamer.treg_closed.wait(), BOUND)
+        [closer] = await closes.wait_closed(1)
+        assert closes.effective(closer) == [False]
+        calls = await wait_calls(served, 1)
+        assert calls[0]["outcome"] == "cancelled"
+
+
 # -- 3. a stream error --------------------------------------------------------------------------------
 
 async def test_upstream_dropping_mid_body_closes_once_and_truncates(gateway, closes):
