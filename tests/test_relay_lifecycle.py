@@ -342,3 +342,38 @@ async def test_cancel_while_waiting_for_upstream_headers(gateway, closes):
         calls = await wait_calls(gateway, 1)
         assert calls[0]["outcome"] == "cancelled", calls[0]
         assert closes.instances == []
+
+
+# -- a caller that leaves mid-upload --------------------------------------------------------------------
+
+@pytest.mark.parametrize("size,chunked", [(1000, False), (500_000, False), (500_000, True)])
+async def test_caller_leaving_mid_upload(served, closes, caplog, size, chunked):
+    """The body never arrives whole: the upstream must not get a complete request, and treg logs no
+    unexpected error (the caller hung up; nobody is there to answer). A small body is read before the
+    caller is identified, so only a streamed upload leaves an audit row."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    async with raw_upstream() as up:
+        await served.tool("up", up.url)
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.client.port)
+        framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {size}"
+        writer.write(f"POST /call/up/upload HTTP/1.1\r\nHost: h\r\nX-Treg-Token: {served.org['token']}\r\n"
+                     f"{framing}\r\n\r\n".encode())
+        part = b"p" * (size // 2)
+        writer.write((f"{len(part):x}\r\n".encode() + part + b"\r\n") if chunked else part)
+        await writer.drain()
+        writer.close()
+        for _ in range(int(BOUND / 0.02)):  # until treg's access log shows the request handled
+            if any("/call/up/upload" in r.getMessage() for r in caplog.records if r.name == "aiohttp.access"):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the aborted upload was never finished by treg")
+        if size > 64 * 1024:
+            calls = await wait_calls(served, 1)
+            assert calls[0]["status"] == 400, calls[0]  # the caller's doing: not an upstream failure (502)
+        for ex in up.exchanges:  # whatever reached the upstream is visibly incomplete
+            assert len(ex.body) < size
+        assert not [r for r in caplog.records if r.levelname == "ERROR" and r.name.startswith("treg")], \
+            [r.getMessage() for r in caplog.records]

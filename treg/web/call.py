@@ -8,9 +8,10 @@ import base64
 import binascii
 import contextlib
 import zlib
-from typing import Callable
+from typing import AsyncIterator, Awaitable, Callable
 
-from aiohttp import hdrs, web
+from aiohttp import ClientPayloadError, hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.call import evidence, service
 from treg.call.types import CallInput
@@ -72,6 +73,31 @@ def _decode_body(encoding: str, raw: bytes, limit: int) -> bytes:
     raise BadRequest("X-Treg-Body-Encoding must be base64 or gzip", code="invalid_body_encoding")
 
 
+#: how a caller's body read fails when the caller hangs up mid-upload
+_BODY_BROKEN = (ConnectionError, asyncio.IncompleteReadError, HttpProcessingError, ClientPayloadError)
+
+
+async def _whole(read: Awaitable[bytes]) -> bytes:
+    """A buffered body read; a caller that hangs up mid-upload is a 400 (which nobody may be left to
+    read), not an unexpected error and a 500."""
+    try:
+        return await read
+    except _BODY_BROKEN as exc:
+        raise BadRequest("the request body ended before it was complete (the connection closed)",
+                         code="body_incomplete") from exc
+
+
+async def _caller_stream(request: web.Request) -> AsyncIterator[bytes]:
+    """The caller's body, streamed; a caller that hangs up mid-upload surfaces as a 400 naming that
+    (the upstream client unwraps it from its send error), not as an upstream failure."""
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            yield chunk
+    except _BODY_BROKEN as exc:
+        raise BadRequest("the request body ended before it was complete (the connection closed)",
+                         code="body_incomplete") from exc
+
+
 async def _read_bounded(request: web.Request, limit: int) -> bytes:
     parts, size = [], 0
     async for chunk in request.content.iter_chunked(64 * 1024):
@@ -96,14 +122,14 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         limit = svc.settings.body_decode_max_bytes
         if declared is not None and declared > limit:
             raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
-        body = _decode_body(encoding, await _read_bounded(request, limit), limit)
+        body = _decode_body(encoding, await _whole(_read_bounded(request, limit)), limit)
         declared = len(body)  # type: ignore[arg-type]
     elif declared is None and not chunked:
         body = None
     elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
-        body = await request.content.readexactly(declared) if declared else b""
+        body = await _whole(request.content.readexactly(declared)) if declared else b""
     else:
-        body = request.content.iter_chunked(64 * 1024)
+        body = _caller_stream(request)
     # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
     # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
     first = {}
