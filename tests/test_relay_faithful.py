@@ -465,3 +465,17 @@ async def test_non_utf8_header_bytes_do_not_break_the_call(gateway, up, tool):
             break
         await asyncio.sleep(0.02)
     assert [c["status"] for c in calls] == [500]
+
+
+async def test_sub_delims_and_unusual_characters_kept(gateway, up, tool):
+    target = "/v1/a:b@c!$&'()*+,;=/~x/%7e/_-./?q=[1]&r={a}|b&s=a:b/c?d&t=%E2%82%AC&u=%e2%82%ac&v=a+b%20c"
+    r = await gateway.raw("GET", "/call/up" + target[3:])
+    assert r.status == 200, r.body
+    assert up.last.target == target
+
+
+async def test_empty_query_and_lone_question_mark(gateway, up, tool):
+    await gateway.raw("GET", "/call/up/x?")
+    assert up.last.target in ("/v1/x?", "/v1/x")  # an empty query: nothing to carry
+    await gateway.raw("GET", "/call/up/x?&&a=1&&")
+    assert up.last.target == "/v1/x?&&a=1&&"

@@ -260,3 +260,19 @@ async def test_garbage_never_500(gateway, up, tool):
         if r.header("Content-Type", ) and "json" in r.header("Content-Type"):
             assert r.json().get("error") != "internal_error", (target, r.body)
     del token
+
+
+async def test_absolute_form_request_target(gateway, up, tool):
+    r = await gateway.raw("GET", "http://127.0.0.1/call/up/a%2Fb?y=1&y=2")
+    assert r.status == 200, r.body
+    assert up.last.target == "/v1/a%2Fb?y=1&y=2"
+    assert up.last.header("Host") == f"127.0.0.1:{up.port}"
+
+
+@pytest.mark.parametrize("method,target", [("get", "/call/up/x"), ("FOO", "/call/up/x"), ("GET", "call/up/x"),
+                                           ("GET", "*"), ("CONNECT", "127.0.0.1:443")])
+async def test_unparseable_request_lines_are_4xx(gateway, up, tool, method, target):
+    # aiohttp's parser answers these itself (plain text, before any treg code runs): still a 4xx
+    r = await gateway.raw(method, target)
+    assert 400 <= r.status < 500, (r.status, r.body)
+    assert up.exchanges == []

@@ -111,6 +111,9 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     svc = request.app[SERVICES]
     raw_path = request.raw_path
+    if not raw_path.startswith("/"):
+        # absolute-form (GET http://treg/call/... HTTP/1.1, RFC 9112 3.2.2): only its path and query count
+        raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
     headers = tuple((header_text(k), header_text(v)) for k, v in request.raw_headers)
