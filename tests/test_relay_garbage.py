@@ -276,3 +276,33 @@ async def test_unparseable_request_lines_are_4xx(gateway, up, tool, method, targ
     r = await gateway.raw(method, target)
     assert 400 <= r.status < 500, (r.status, r.body)
     assert up.exchanges == []
+
+
+# -- an upstream that answers garbage -----------------------------------------------------------------
+
+@pytest.mark.parametrize("answer", [
+    b"garbage\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Header\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-Null: a\x00b\r\nContent-Length: 2\r\n\r\nok",
+])
+async def test_malformed_upstream_answer_is_a_named_502(gateway, up, tool, answer):
+    up.responder = lambda ex: answer
+    r = await gateway.raw("GET", "/call/up/x")
+    body = treg_refusal(r, 502, "upstream_bad_response")
+    assert body["blame"] == "upstream"
+
+
+async def test_odd_upstream_status_relayed(gateway, up, tool):
+    up.responder = lambda ex: b"HTTP/1.1 599 Weird\r\nContent-Length: 2\r\n\r\nok"
+    r = await gateway.raw("GET", "/call/up/x")
+    assert (r.status, r.reason, r.body) == (599, "Weird", b"ok")
+    assert r.header("X-Treg-Error") is None
+
+
+async def test_interim_early_hints_skipped(gateway, up, tool):
+    up.responder = lambda ex: (b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+                               b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    r = await gateway.raw("GET", "/call/up/x")
+    assert (r.status, r.body) == (200, b"ok")

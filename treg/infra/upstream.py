@@ -142,6 +142,9 @@ def map_client_error(exc: BaseException, url: str) -> TregError:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return GatewayFailed(f"the upstream {host} closed the connection without answering",
                              code="upstream_disconnected")
+    if isinstance(exc, aiohttp.ClientResponseError):  # aiohttp's parser refused the answer's head
+        return GatewayFailed(f"the upstream {host} answered with malformed HTTP: {exc.message}",
+                             code="upstream_bad_response")
     if isinstance(exc, aiohttp.InvalidURL):
         return GatewayFailed(f"the upstream URL is not valid: {exc}", code="invalid_upstream_url", blame="caller")
     return GatewayFailed(f"the upstream {host} failed: {type(exc).__name__}", code="upstream_unreachable")
