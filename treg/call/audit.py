@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from psycopg2.extras import Json
-from sqlalchemy import JSON, func, update
+from sqlalchemy import JSON
 
 from treg.call.types import CallRecord
 from treg.context import Services
@@ -29,6 +29,7 @@ _FIELDS = {f.name for f in dataclasses.fields(CallRecord)}
 _COLUMNS = tuple(c.name for c in calls.columns if c.name in _FIELDS and c.name != "created_at")
 _JSON_COLUMNS = frozenset(c.name for c in calls.columns if isinstance(c.type, JSON))
 BATCH_MAX = 500
+_TOUCH_SQL = f"UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(ids)s)"
 
 
 class AuditWriter:
@@ -62,30 +63,38 @@ class AuditWriter:
             await self.flush()
 
     async def flush(self) -> None:
+        """Write what is queued now. Records that arrive meanwhile wait for the next tick: draining
+        until the queue is empty would, under steady load, never stop and write one tiny batch per
+        database round trip (docs/performance.md)."""
         async with self._flush_lock:
+            pending, self._queue = self._queue, []
+            touched, self._touched = self._touched, set()
             attempts = 0
-            while self._queue or self._touched:
-                batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
-                touched, self._touched = self._touched, set()
-                try:
-                    async with self._svc.db.tx() as tx:
-                        if batch:
-                            await tx.execute(*insert_sql(batch))
-                        if touched:
-                            await tx.execute(update(tokens).where(tokens.c.id.in_(sorted(touched)))
-                                             .values(last_used_at=func.now()))
-                    self.written += len(batch)
-                    attempts = 0
-                except TregError as exc:
-                    attempts += 1
-                    self._queue[:0] = batch
-                    self._touched |= touched
-                    if attempts >= 5:
-                        log.error("audit write failed %d times (%s); dropping %d records", attempts, exc.code,
-                                  len(batch))
-                        del self._queue[:len(batch)]
-                        return
-                    await asyncio.sleep(0.05 * attempts)
+            try:
+                while pending or touched:
+                    batch = pending[:BATCH_MAX]
+                    try:
+                        async with self._svc.db.tx() as tx:
+                            if batch:
+                                await tx.execute(*insert_sql(batch))
+                            if touched:
+                                await tx.execute(_TOUCH_SQL, {"ids": sorted(touched)})
+                        del pending[:len(batch)]
+                        touched = set()
+                        self.written += len(batch)
+                        attempts = 0
+                    except TregError as exc:
+                        attempts += 1
+                        if attempts >= 5:
+                            log.error("audit write failed %d times (%s); dropping %d records", attempts, exc.code,
+                                      len(batch))
+                            del pending[:len(batch)]
+                            return
+                        await asyncio.sleep(0.05 * attempts)
+            finally:
+                # whatever was not written goes back in front of the queue (order kept)
+                self._queue[:0] = pending
+                self._touched |= touched
 
     async def close(self) -> None:
         self._closing = True
@@ -93,7 +102,10 @@ class AuditWriter:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
-        await self.flush()
+        for _ in range(10):  # bounded: nothing new arrives once the server stopped taking calls
+            await self.flush()
+            if not self._queue and not self._touched:
+                break
 
 
 def insert_sql(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
