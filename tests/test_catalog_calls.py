@@ -9,48 +9,10 @@ import json
 
 import pytest
 
-from treg import hookimpl, money, tenancy
+from treg import money, tenancy
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, http_response, raw_upstream
-
-
-def provider(base_url, **over):
-    row = {
-        "id": "acme",
-        "base_url": base_url,
-        "auth": [{"location": "header", "name": "Authorization", "format": "Bearer {secret}"}],
-        "required_headers": {"X-Api-Version": "2025-11-01"},
-        "endpoints": [
-            {"id": "acme.items.get", "method": "GET", "path": "/items/{item_id}",
-             "params": [{"name": "item_id", "in": "path", "required": True},
-                        {"name": "fields", "in": "query", "enum": ["id", "all"]}],
-             "price": {"per_call_micro": 2000}, "capability": "items.lookup"},
-            {"id": "acme.items.cheap", "method": "GET", "path": "/cheap/{item_id}",
-             "params": [{"name": "item_id", "in": "path", "required": True}],
-             "price": {"per_call_micro": 500}, "capability": "items.lookup"},
-            {"id": "acme.items.old", "method": "GET", "path": "/old", "params": [], "price": {"per_call_micro": 1},
-             "status": "retired", "status_note": "v0 is gone", "superseded_by": "acme.items.get"},
-            {"id": "acme.status", "method": "GET", "path": "/status", "params": [], "price": {"per_call_micro": 0},
-             "platform_auth": "anonymous"},
-            {"id": "acme.chat", "method": "POST", "path": "/chat", "params": [],
-             "price": {"usage": [{"path": "usage.total_tokens", "micro_per_unit": 3}], "estimate_micro": 9000}},
-            {"id": "acme.search", "method": "GET", "path": "/search",
-             "params": [{"name": "q", "in": "query", "required": True}], "price": {"per_call_micro": 100},
-             "strict_query": True},
-        ],
-    }
-    row.update(over)
-    return row
-
-
-class Plugin:
-    def __init__(self, rows):
-        self.rows = rows
-
-    @hookimpl
-    def treg_register_providers(self):
-        return self.rows
+from treg.testing import Gateway, ProviderPlugin as Plugin, example_provider as provider, http_response, raw_upstream
 
 
 @pytest.fixture

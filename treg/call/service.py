@@ -130,12 +130,13 @@ async def _close_money(svc: Services, state: CallState, *, settle_micro: int | N
     """Close the call's hold exactly once (settle when ``settle_micro`` is given, else release) and
     give back an idempotency claim that will not be completed. Safe to call twice."""
     if state.hold is not None and state.hold_state is None:
-        if settle_micro is not None:
-            await money.settle(svc, state.inp.call_id, settle_micro)
+        if settle_micro is not None and await money.settle(svc, state.inp.call_id, settle_micro):
             state.cost_micro = state.hold.charge_for(settle_micro)
             state.hold_state = money.SETTLED
         else:
+            # released now, or already released by the reaper (settle found no open hold): charged 0
             await money.release(svc, state.inp.call_id)
+            state.cost_micro = 0
             state.hold_state = money.RELEASED
 
 
@@ -225,8 +226,10 @@ def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
     assert c is not None and c.status is not None
     body = c.body or b""
     headers = [(k, v) for k, v in c.headers if k.lower() not in ("x-treg-call-id", "x-treg-cost-micro",
-                                                                   "x-treg-idempotent-replay")]
-    headers += [("X-Treg-Idempotent-Replay", "true"), ("X-Treg-Cost-Micro", "0")]
+                                                                   "x-treg-idempotent-replay", "content-length",
+                                                                   "x-treg-credential-tier")]
+    headers += [("Content-Length", str(len(body))), ("X-Treg-Idempotent-Replay", "true")]
+    headers += list(catalog_stage.tier_headers(state.target, 0).items())  # a replay is not charged again
     state.claim = None
 
     async def gen() -> AsyncIterator[bytes]:
@@ -257,6 +260,15 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
         else:
             data = await metered.buffer_answer(resp)
             answer = _json_or_none(data) if ok else None
+        if state.claim is not None:
+            # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
+            # releases (a free call), never a settled charge a retry would pay again
+            if spooled is None:
+                stored = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+                await idempotency.complete(svc, state.claim, resp.status, stored, data)
+            else:
+                await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
+            state.claim = None
         if ok:
             await _close_money(svc, state, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
@@ -278,13 +290,6 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     out_headers = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
     out_headers.append(("Content-Length", str(length)))
     out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
-    if state.claim is not None:
-        # the relayed answer is stored whatever its status (a spooled body is not stored: label released)
-        if spooled is None:
-            await idempotency.complete(svc, state.claim, resp.status, out_headers, data)
-        else:
-            await idempotency.abandon(svc, state.claim)
-        state.claim = None
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 
     async def body() -> AsyncIterator[bytes]:
