@@ -240,3 +240,34 @@ async def test_concurrent_idempotent_retries_never_charge_twice(cat):
     assert charged == 2000
     assert (await gw.api("GET", "/api/v1/balance"))["balance_micro"] == 98_000
     assert len(up.exchanges) == 1
+
+
+async def test_402_for_each_limit_over_http(cat):
+    gw, up = cat
+    await grant(gw, 1_000_000)
+    url = "/catalog/call/acme.items.get?item_id=1"
+    # daily cap: one call fits, the second does not
+    await gw.api("PUT", "/api/v1/limits/daily-cap", json={"micro": 3000}, expect=200)
+    assert (await gw.call("GET", url)).status == 200
+    r = await gw.call("GET", url)
+    body = await r.json()
+    assert r.status == 402 and body["error"] == "daily_cap" and body["limit"] == "daily_cap"
+    assert body["needed_micro"] == 2000 and body["available_micro"] == 1000
+    await gw.api("PUT", "/api/v1/limits/daily-cap", json={"micro": None}, expect=200)
+    # tag budget: calls tagged with X-Treg-Tag
+    await gw.api("PUT", "/api/v1/limits/tags/campaign-a", json={"budget_micro": 2500}, expect=200)
+    tagged = {"X-Treg-Tag": "campaign-a"}
+    assert (await gw.call("GET", url, headers=tagged)).status == 200
+    r = await gw.call("GET", url, headers=tagged)
+    body = await r.json()
+    assert r.status == 402 and body["error"] == "tag_budget" and body["limit"] == "tag_budget"
+    assert (await gw.call("GET", url, headers={"X-Treg-Tag": "campaign-b"})).status == 200
+    # member cap
+    m = await gw.member("m@acme.test")
+    await gw.api("PUT", f"/api/v1/limits/members/{m['member_id']}", json={"daily_cap_micro": 1000}, expect=200)
+    r = await gw.call("GET", url, as_=m["headers"])
+    body = await r.json()
+    assert r.status == 402 and body["error"] == "member_cap" and body["limit"] == "member_cap"
+    assert "X-Treg-Error" in r.headers
+    sent = len(up.exchanges)
+    assert sent == 3  # no refused call reached the provider
