@@ -66,6 +66,15 @@ class SecretBox:
     current: bytes = field(repr=False)
     previous: tuple[bytes, ...] = field(default=(), repr=False)
     reload: Callable[[], "SecretBox"] | None = field(default=None, repr=False, compare=False)
+    #: one AESGCM per key: building one per decrypt (every call injects a secret) cost more than the
+    #: decrypt itself (docs/performance.md)
+    _ciphers: dict[bytes, AESGCM] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _cipher(self, key: bytes) -> AESGCM:
+        cipher = self._ciphers.get(key)
+        if cipher is None:
+            cipher = self._ciphers[key] = AESGCM(key)
+        return cipher
 
     def refresh(self) -> bool:
         """Take the keys ``reload`` reads now; True when they changed."""
@@ -117,7 +126,7 @@ class SecretBox:
             raise DecryptError(f"a stored secret was encrypted under key {kid}, which this treg does not have")
         nonce = blob[2 + _KEY_ID_LEN:2 + _KEY_ID_LEN + _NONCE_LEN]
         try:
-            return AESGCM(key).decrypt(nonce, blob[2 + _KEY_ID_LEN + _NONCE_LEN:], self._aad(org_id, secret_id))
+            return self._cipher(key).decrypt(nonce, blob[2 + _KEY_ID_LEN + _NONCE_LEN:], self._aad(org_id, secret_id))
         except InvalidTag as exc:
             raise DecryptError("a stored secret failed its integrity check (moved, altered or wrong key)") from exc
 
