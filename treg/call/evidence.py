@@ -13,7 +13,7 @@ import base64
 import re
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable, Sequence
-from urllib.parse import unquote_plus
+from urllib.parse import quote, quote_plus, unquote_plus  # module level: for_values runs on every call
 
 MASK = "[REDACTED]"
 REQUEST_BODY_MAX = 64 * 1024  # a declared-length caller body up to this is kept
@@ -36,8 +36,6 @@ class Redactor:
 
     @classmethod
     def for_values(cls, values: Iterable[str]) -> "Redactor":
-        from urllib.parse import quote, quote_plus
-
         base = {v for v in values if v and len(v) >= 4}  # a 1-3 char "secret" would mask everything
         variants = set(base)
         for v in base:
