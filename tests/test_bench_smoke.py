@@ -1,0 +1,46 @@
+"""The benchmark script runs end to end in a tiny bounded mode and prints its figures.
+
+Not a timed test: nothing here asserts on speed, only that every phase ran, every request was
+answered, the streamed bytes arrived whole and the audit recorded each call treg relayed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+TARGETS = {"direct", "baseline", "treg"}
+
+
+def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
+    args = [sys.executable, "-m", "treg.bench", "--dsn", dsn, "--requests", "50", "--requests-c1", "50",
+            "--warmup", "5", "--concurrency", "1,4", "--rounds", "1", "--time-cap", "60",
+            "--stream-mib", "2", "--stream-timeout", "120", "--quiet"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])  # the figures as one JSON object, last
+
+    rows = {(f["target"], f["concurrency"]): f for f in result["throughput"]}
+    assert set(rows) == {(t, c) for t in TARGETS for c in (1, 4)}
+    for f in rows.values():
+        assert f["requests"] == 50 and f["errors"] == 0 and f["statuses"] == {"200": 50}
+        assert f["rps"] > 0 and 0 < f["p50_ms"] <= f["p99_ms"]
+    for c in (1, 4):
+        assert isinstance(result["ratios"][f"rps_treg_over_baseline_c{c}"], float)
+        assert isinstance(result["ratios"][f"added_p50_ms_vs_baseline_c{c}"], float)
+
+    stream = result["streaming"]
+    assert stream["ok"] is True
+    assert stream["upload_received"] == stream["download_received"] == 2 * 1024 * 1024
+    assert stream["rss_kib_before"]["VmHWM"] > 0 and stream["rss_kib_after"]["VmHWM"] > 0
+
+    # auditing was on: a clean shutdown wrote one row per call treg relayed (warm-ups included)
+    assert result["audit"]["calls_recorded"] == result["audit"]["calls_sent_to_treg"] > 0
+
+    # the human-readable table came first, with every target and the ratios
+    text = "\n".join(lines[:-1])
+    for word in ("direct", "baseline", "treg", "req/s", "p50 ms", "p99 ms", "rps_treg_over_baseline_c4",
+                 "VmHWM"):
+        assert word in text
