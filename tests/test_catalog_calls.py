@@ -271,3 +271,23 @@ async def test_402_for_each_limit_over_http(cat):
     assert "X-Treg-Error" in r.headers
     sent = len(up.exchanges)
     assert sent == 3  # no refused call reached the provider
+
+
+async def test_body_allowlist_and_broken_endpoint_over_http(cat):
+    gw, up = cat
+    await gw.secret("team-key-456", provider="acme")
+    r = await gw.call("POST", "/catalog/call/acme.items.create", json={"name": "x", "tags": ["a"]})
+    assert r.status == 200 and json.loads(up.last.body) == {"name": "x", "tags": ["a"]}
+    for body, param in (({"name": "x", "extra": 1}, "extra"), ({"tags": ["a"]}, "name"),
+                        ({"name": "x", "tags": ["a", "b", "a"]}, "tags"), ({"name": "x", "tags": ["z"]}, "tags")):
+        r = await gw.call("POST", "/catalog/call/acme.items.create", json=body)
+        err = await r.json()
+        assert r.status == 400 and err["error"] == "invalid_parameters" and param in err["detail"], (body, err)
+    r = await gw.call("GET", "/catalog/call/acme.items.legacy")
+    err = await r.json()
+    assert r.status == 410 and err["superseded_by"] is None and err["status_note"] == "the provider turned it off"
+    assert [a["id"] for a in err["alternatives"]] == ["acme.items.cheap", "acme.items.get"]
+    assert all({"id", "price_micro", "tier"} <= set(a) for a in err["alternatives"])
+    detail = await gw.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["refused_by"] == "retired"
+    assert len(up.exchanges) == 1

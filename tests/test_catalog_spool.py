@@ -165,3 +165,14 @@ async def test_free_platform_download_streams_with_range_and_releases_the_claim(
     assert len(up.exchanges) == 2
     full = await gw.call("GET", "/catalog/call/gem.files.download?name=out.png")
     assert await full.read() == content
+
+
+@pytest.mark.parametrize("delta,ok", [(0, True), (-1, False)])
+async def test_spool_limit_boundary(gem, monkeypatch, delta, ok):
+    gw, up, payload = gem
+    monkeypatch.setattr(metered, "SPOOL_MAX", len(payload) + delta)
+    r = await gw.call("POST", "/catalog/call/gem.generate", json={})
+    if ok:
+        assert r.status == 200 and await r.read() == payload
+    else:
+        assert r.status == 502 and (await r.json())["error"] == "response_buffer_limit"

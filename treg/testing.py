@@ -573,6 +573,13 @@ def example_provider(base_url: str, **over: Any) -> dict[str, Any]:
             {"id": "acme.search", "method": "GET", "path": "/search",
              "params": [{"name": "q", "in": "query", "required": True}], "price": {"per_call_micro": 100},
              "strict_query": True},
+            {"id": "acme.items.create", "method": "POST", "path": "/items",
+             "params": [{"name": "name", "in": "body", "required": True},
+                        {"name": "tags", "in": "body", "type": "array", "max_items": 2, "item_enum": ["a", "b"]}],
+             "price": {"per_call_micro": 300}, "body_allowlist": True},
+            {"id": "acme.items.legacy", "method": "GET", "path": "/legacy", "params": [],
+             "price": {"per_call_micro": 50}, "capability": "items.lookup", "status": "broken",
+             "status_note": "the provider turned it off"},
         ],
     }
     row.update(over)
