@@ -171,7 +171,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         req = state.prepared.request
         if svc.resolver is not None:
             # vet the host's current resolution before every send, kept-alive connection or not
-            await svc.resolver.vet(URL(req.url, encoded=True).host or "")
+            await svc.resolver.vet(URL(req.url, encoded=True).raw_host or "")
         if svc.client is None:
             raise GatewayFailed("treg is shutting down", code="shutting_down", blame="treg")
         sent_at = time.monotonic()
