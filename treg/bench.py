@@ -422,6 +422,7 @@ class Phase:
     busy_ticks: int = 0
     total_ticks: int = 0
     round_rps: list[float] = field(default_factory=list)
+    db_xacts: int = 0
 
     def figures(self) -> dict[str, Any]:
         lat = sorted(self.sample.latencies)
@@ -440,13 +441,15 @@ class Phase:
             "machine_busy_pct": round(self.busy_ticks / self.total_ticks * 100, 1) if self.total_ticks else None,
             "statuses": {str(k): v for k, v in sorted(self.sample.statuses.items())},
             "round_rps": [round(x, 1) for x in self.round_rps],
+            "db_transactions": self.db_xacts if self.target == "treg" else None,
         }
 
 
 async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, upstream_pid: int,
-                    into: Phase) -> int:
+                    into: Phase, dsn: str | None = None) -> int:
     """Warm up, then measure one target at one concurrency into ``into``; returns the number of
-    requests sent (warm-up included)."""
+    requests sent (warm-up included). With ``dsn``, the database transactions of the measured
+    requests are counted too (do calls pay a query, or do the caches answer?)."""
     async def drive(count: int, cap: float, sample: Sample) -> int:
         budget = Budget(count, cap)
         if opts.client == "aiohttp":
@@ -460,6 +463,7 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
     sent = await drive(max(opts.warmup, concurrency), opts.time_cap, Sample())
     count = opts.requests_c1 if concurrency == 1 else opts.requests
     sample = Sample()
+    xacts0 = await db_xacts(dsn) if dsn else None
     t_self, t_up = os.times(), proc_cpu_s(upstream_pid)
     srv_user, srv_sys = proc_cpu_split(target.server_pid) if target.server_pid else (0.0, 0.0)
     busy0, total0 = machine_ticks()
@@ -482,7 +486,35 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
     into.busy_ticks += busy1 - busy0
     into.total_ticks += total1 - total0
     into.round_rps.append(len(sample.latencies) / sample.seconds if sample.seconds else 0.0)
+    if xacts0 is not None and dsn:
+        await asyncio.sleep(1.5)  # the audit writer's last batch; backends report their stats within ~1 s
+        xacts1 = await db_xacts(dsn)
+        if xacts1 is not None:
+            into.db_xacts += xacts1 - xacts0 - 1  # minus the probe's own
     return sent
+
+
+async def db_xacts(dsn: str) -> int | None:
+    """Transactions committed or rolled back in treg's database so far (pg_stat_database)."""
+    def probe() -> int | None:
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(dsn)
+        except psycopg2.Error:
+            return None
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database "
+                            "WHERE datname = current_database()")
+                row = cur.fetchone()
+                return int(row[0]) if row else None
+        except psycopg2.Error:
+            return None
+        finally:
+            conn.close()
+
+    return await asyncio.get_running_loop().run_in_executor(None, probe)
 
 
 async def stream_through(port: int, token: str, total: int, timeout: float) -> dict[str, Any]:
@@ -647,7 +679,8 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                 for c in concurrencies:
                     for name in TARGETS:
                         say(f"round {rnd + 1}/{opts.rounds}: {name} at concurrency {c} …")
-                        sent = await run_phase(opts, targets[name], c, up.pid, phases[(name, c)])
+                        sent = await run_phase(opts, targets[name], c, up.pid, phases[(name, c)],
+                                               dsn if name == "treg" else None)
                         if name == "treg":
                             sent_to_treg += sent
             result["throughput"] = [phases[(t, c)].figures() for c in concurrencies for t in TARGETS]
@@ -717,6 +750,11 @@ def render(result: dict[str, Any]) -> str:
                      f"{f['p50_ms']:>8.3f} {f['p99_ms']:>8.3f} {('-' if us is None else f'{us:.0f}'):>10} "
                      f"{f['server_cpu_pct']:>8.1f} {f['upstream_cpu_pct']:>7.1f} {f['loadgen_cpu_pct']:>8.1f} "
                      f"{(f['machine_busy_pct'] or 0):>6.1f}")
+    for f in result["throughput"]:
+        if f.get("db_transactions") is not None:
+            per = f["db_transactions"] / f["requests"] * 1000 if f["requests"] else 0.0
+            lines.append(f"treg at concurrency {f['concurrency']}: {f['db_transactions']} database transactions for "
+                         f"{f['requests']} measured calls ({per:.1f} per 1000 calls)")
     lines.append("")
     r = result["ratios"]
     for key, value in r.items():
