@@ -532,3 +532,10 @@ async def test_wrong_types_patch_are_400(client, owner, body):
 async def test_unknown_route_and_method_use_error_body(client, owner):
     await assert_error(await client.get("/api/v1/nope", headers=owner["headers"]), 404)
     await assert_error(await client.put("/api/v1/tools", json={}, headers=owner["headers"]), 405)
+
+
+async def test_lone_surrogate_in_json_is_400_not_500(client, owner):
+    raw = b'{"name": "k", "value": "\\udcff"}'
+    resp = await client.post("/api/v1/secrets", data=raw, headers={**owner["headers"], "Content-Type": "application/json"})
+    body = await resp.json()
+    assert resp.status == 400 and body["error"] == "invalid_json" and resp.headers["X-Treg-Error"] == "1"

@@ -68,7 +68,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     app = create_app(settings)
 
     async def run() -> None:
-        runner = web.AppRunner(app, access_log_class=AccessLogger, handle_signals=False)
+        # handler_cancellation: a caller who hangs up cancels its call (its hold is released, its upstream
+        # closed) instead of treg finishing a call nobody will read
+        runner = web.AppRunner(app, access_log_class=AccessLogger, handle_signals=False, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()

@@ -133,8 +133,11 @@ class Database:
     async def connection(self) -> AsyncIterator[aiopg.Connection]:
         assert self._pool is not None, "Database.open() was not awaited"
         try:
-            conn = await asyncio.wait_for(self._pool.acquire(), self._timeout)
-        except (asyncio.TimeoutError, psycopg2.Error) as exc:
+            # not asyncio.wait_for: on Python 3.11 a cancellation racing the acquire's completion can
+            # drop the acquired connection on the floor (never released; the pool never closes)
+            async with asyncio.timeout(self._timeout):
+                conn = await self._pool.acquire()
+        except (TimeoutError, psycopg2.Error) as exc:
             raise DatabaseError("no database connection available (pool exhausted or server down)",
                                 code="db_pool") from exc
         self.in_use += 1
@@ -148,7 +151,9 @@ class Database:
             self.in_use -= 1
             if task is not None:
                 self.holders.discard(task)
-            await self._pool.release(conn)
+            # release() hands the connection back synchronously; only its wake-up is awaited, shielded
+            # so a second cancellation here cannot interrupt it
+            await asyncio.shield(self._pool.release(conn))
 
     @contextlib.asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:

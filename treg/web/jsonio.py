@@ -45,4 +45,10 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
+    try:
+        # a \udXXX escape decodes to a lone surrogate, which no UTF-8 store can hold
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest("the JSON body contains an unpaired surrogate escape (\\udXXX), which is not valid text",
+                         code="invalid_json") from exc
     return data
