@@ -99,3 +99,12 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     app.router.add_routes(call_routes.routes)
     app.router.add_routes(money_api.routes)
     return app
+
+
+def make_runner(app: web.Application, **kw: Any) -> web.AppRunner:
+    """The runner ``treg serve`` uses (tests that serve treg "as in production" use it too).
+
+    ``handler_cancellation``: a caller who hangs up cancels its call (its hold is released, its upstream
+    closed, also while the upstream is silent, as in an SSE stream) instead of treg finishing a call
+    nobody will read."""
+    return web.AppRunner(app, access_log_class=AccessLogger, handle_signals=False, handler_cancellation=True, **kw)

@@ -61,16 +61,14 @@ GC_GEN0_THRESHOLD = 20_000
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from aiohttp import web
 
-    from treg.app import AccessLogger, create_app
+    from treg.app import create_app, make_runner
 
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
     app = create_app(settings)
 
     async def run() -> None:
-        # handler_cancellation: a caller who hangs up cancels its call (its hold is released, its upstream
-        # closed) instead of treg finishing a call nobody will read
-        runner = web.AppRunner(app, access_log_class=AccessLogger, handle_signals=False, handler_cancellation=True)
+        runner = make_runner(app)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()

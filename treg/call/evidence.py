@@ -57,6 +57,10 @@ class Redactor:
         return b
 
 
+#: a redactor with nothing to mask (key-like query parameters are still masked by redact_url)
+NO_SECRETS = Redactor()
+
+
 def is_credential_header(name: str) -> bool:
     n = name.lower()
     return n in _CREDENTIAL_HEADERS or any(w in n for w in _CREDENTIAL_WORDS)

@@ -67,11 +67,26 @@ class CallState:
     target: ResolvedTarget | None = None
     prepared: PreparedRequest | None = None
     ttfb_ms: int | None = None
-    redactor: evidence.Redactor = field(default_factory=evidence.Redactor)
+    #: the injected credential values (masked in anything recorded), never logged
+    secret_values: tuple[str, ...] = ()
+    _redactor: evidence.Redactor | None = field(default=None, repr=False)
     claim: idempotency.Claim | None = None
     hold: money.Hold | None = None
     hold_state: str | None = None
     cost_micro: int = 0
+
+    @property
+    def redactor(self) -> evidence.Redactor:
+        # built on first use: its encoded variants cost more than a whole successful relay's bookkeeping
+        if self._redactor is None:
+            self._redactor = evidence.Redactor.for_values(self.secret_values)
+        return self._redactor
+
+    def _masked(self, text: str) -> str:
+        """``text`` with injected values masked; the cheap path when no value could be in it."""
+        if not self.secret_values:
+            return text
+        return self.redactor.text(text)
 
     def record(self, *, outcome: str, status: int | None, **kw: Any) -> CallRecord:
         assert self.ident is not None
@@ -79,8 +94,9 @@ class CallState:
         inp = self.inp
         return CallRecord(
             id=inp.call_id, org_id=self.ident.org_id, member_id=self.ident.member_id, surface=inp.surface,
-            method=inp.method, target=self.redactor.text(inp.rest[:2000]), outcome=outcome, status=status,
-            upstream_url=evidence.redact_url(t.upstream_url, self.redactor) if t else None,
+            method=inp.method, target=self._masked(inp.rest[:2000]), outcome=outcome, status=status,
+            upstream_url=evidence.redact_url(t.upstream_url, self.redactor if self.secret_values
+                                             else evidence.NO_SECRETS) if t else None,
             tool_id=t.tool.id if t and t.tool else None, tool_name=t.tool.name if t and t.tool else None,
             provider=t.provider if t else None, endpoint_id=t.endpoint_id if t else None,
             credential_tier=t.credential_tier if t else None, tag=inp.tag, cost_micro=self.cost_micro,
@@ -104,6 +120,8 @@ def _audit(svc: Services, rec: CallRecord) -> None:
     writer = svc.extras.get("audit")
     if writer is not None:
         writer.record(rec)
+    if not svc.pm.hook.treg_event.get_hookimpls():
+        return  # no observer: do not build an event nobody reads
     emit(svc.pm, Event("tool_called", {
         "call_id": rec.id, "org_id": rec.org_id, "member_id": rec.member_id, "surface": rec.surface,
         "method": rec.method, "outcome": rec.outcome, "status": rec.status, "refused_by": rec.refused_by,
@@ -167,7 +185,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         if replay is not None:
             return replay
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)
-        state.redactor = evidence.Redactor.for_values(state.prepared.secret_values)
+        state.secret_values = state.prepared.secret_values
         req = state.prepared.request
         if svc.resolver is not None:
             # vet the host's current resolution before every send, kept-alive connection or not
@@ -184,8 +202,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         raise
     except BaseException:
         await _unwind(svc, state)
-        if state.target is not None:
-            _audit(svc, state.record(outcome="cancelled", status=None))
+        _audit(svc, state.record(outcome="cancelled", status=None))  # identified: recorded, cancelled or not
         raise
     if state.hold is not None:
         return await _metered_outcome(svc, state, resp)

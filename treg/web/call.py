@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import zlib
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable
 
 from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -154,37 +153,6 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
                      user_agent=first.get("user-agent"))
 
 
-#: how often a streaming answer checks that its caller is still connected
-DISCONNECT_POLL_S = 1.0
-
-
-class _DisconnectWatch:
-    """Closes the upstream when the caller disconnects while the upstream is silent. Without handler
-    cancellation (aiohttp's default, how ``treg serve`` runs) a disconnect is otherwise only noticed by
-    the next failed write, so an idle SSE or long-poll stream held its upstream connection until the
-    upstream read timeout. A timer, not a task: nearly free for the common short answer."""
-
-    def __init__(self, request: web.Request, close: Callable[[], None]) -> None:
-        self._request, self._close = request, close
-        self.fired = False
-        self._loop = asyncio.get_running_loop()
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(DISCONNECT_POLL_S, self._check)
-
-    def _check(self) -> None:
-        transport = self._request.transport
-        if transport is None or transport.is_closing():
-            self.fired = True
-            self._handle = None
-            self._close()  # the pending upstream read fails now, ending the stream
-            return
-        self._handle = self._loop.call_later(DISCONNECT_POLL_S, self._check)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     svc = request.app[SERVICES]
     call_id = new_id("call")
@@ -198,7 +166,6 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     resp.headers["X-Treg-Call-Id"] = call_id
     sent = 0
     error: BaseException | None = None
-    watcher = _DisconnectWatch(request, outcome.close)
     try:
         await resp.prepare(request)
         async for chunk in outcome.body:
@@ -207,32 +174,24 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
         await resp.write_eof()
     except TregError as exc:
         # the upstream broke mid-answer: the headers are gone, so never relabel it as a new error
-        # response; cut the connection so the caller sees a truncated answer, not a complete one.
-        # (When the watcher closed the upstream because the caller left, that is what happened.)
-        error = ConnectionResetError("the caller went away") if watcher.fired else exc
+        # response; cut the connection so the caller sees a truncated answer, not a complete one
+        error = exc
         if request.transport is not None:
             request.transport.close()
     except ConnectionError as exc:
-        # the caller went away mid-answer (a failed write: `treg serve` does not cancel handlers). An
-        # ordinary event, recorded as cancelled; re-raised it became an "unexpected error" and a 500.
-        # The transport is cut all the same: aiohttp must not finish the answer as if it were whole
+        # the caller went away mid-answer (a failed write): an ordinary event, recorded as cancelled;
+        # re-raised it became an "unexpected error" and a 500. The transport is cut all the same:
+        # aiohttp must not finish the answer as if it were whole
         error = exc
         if request.transport is not None:
             request.transport.close()
-    except Exception as exc:
-        error = exc
-        if not watcher.fired:
-            raise
-        error = ConnectionResetError("the caller went away")  # whatever closing the body mid-read raised
-    except BaseException as exc:  # cancellation: recorded, then re-raised
+    except BaseException as exc:  # cancellation (the caller hung up: handler cancellation is on)
         error = exc
         raise
     finally:
-        watcher.stop()
         outcome.close()
-        # shielded: a cancelled handler must still write its audit row
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(outcome.finish(sent, error))
+        # finish() does not suspend (it queues the audit row), so even a cancelled handler completes it
+        await outcome.finish(sent, error)
     return resp
 
 
