@@ -25,7 +25,11 @@ CHANNEL = "treg_changes"
 
 
 class OrgCache(Generic[T]):
-    """key → value, each entry tagged with its org so an org's change drops exactly its entries."""
+    """key → value, each entry tagged with its org so an org's change drops exactly its entries.
+
+    A load that overlaps a change must not put the old data back: every drop bumps an epoch, and a
+    value loaded before the bump is not stored (the next call loads again). Concurrent misses of one
+    key share one load (single-flight), so an expiry under load costs one query, not one per call."""
 
     def __init__(self, name: str, ttl_s: float, max_entries: int = 10_000) -> None:
         self.name = name
@@ -33,6 +37,8 @@ class OrgCache(Generic[T]):
         self.max_entries = max_entries
         self.enabled = False  # only while the listener is connected
         self._data: dict[Hashable, tuple[float, str, T]] = {}
+        self._epoch = 0
+        self._inflight: dict[Hashable, asyncio.Future[T]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -46,26 +52,51 @@ class OrgCache(Generic[T]):
         self.hits += 1
         return item[2]
 
-    def put(self, key: Hashable, value: T, *, org_id: str) -> None:
-        if not self.enabled:
+    def snapshot(self) -> int:
+        """Take before loading; hand to :meth:`put` so a load that raced a change is not stored."""
+        return self._epoch
+
+    def put(self, key: Hashable, value: T, *, org_id: str, epoch: int | None = None) -> None:
+        if not self.enabled or (epoch is not None and epoch != self._epoch):
             return
         if len(self._data) >= self.max_entries:
             self._data.clear()  # crude but bounded; refilled on demand
         self._data[key] = (time.monotonic() + self.ttl_s, org_id, value)
 
     def drop_org(self, org_id: str) -> None:
+        self._epoch += 1
         for key in [k for k, (_, org, _) in self._data.items() if org == org_id]:
             self._data.pop(key, None)
 
     def clear(self) -> None:
+        self._epoch += 1
         self._data.clear()
 
     async def get_or_load(self, key: Hashable, org_id: str, load: Callable[[], Awaitable[T]]) -> T:
         value = self.get(key)
-        if value is None:
+        if value is not None:
+            return value
+        if not self.enabled:
+            return await load()
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        epoch = self._epoch
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
             value = await load()
-            self.put(key, value, org_id=org_id)
-        return value
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cache load cancelled"))
+                fut.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            raise
+        else:
+            fut.set_result(value)
+            self.put(key, value, org_id=org_id, epoch=epoch)
+            return value
+        finally:
+            self._inflight.pop(key, None)
 
 
 class ChangeListener:

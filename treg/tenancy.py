@@ -108,6 +108,7 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
     digest = hash_token(token.strip())
     cache = svc.extras.get("identity_cache")
     ident = cache.get(digest) if cache is not None else None
+    epoch = cache.snapshot() if cache is not None else None
     if ident is None:
         async with svc.db.tx() as tx:
             row = await tx.fetch_one(
@@ -125,7 +126,7 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
                          project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,
                          token_id=row["id"])
         if cache is not None:
-            cache.put(digest, ident, org_id=ident.org_id)
+            cache.put(digest, ident, org_id=ident.org_id, epoch=epoch)  # not if a change raced the read
     if org_hint and org_hint.strip() not in (ident.org_id, ident.org_slug):
         raise Forbidden("this token belongs to another org than X-Treg-Org names", code="wrong_org")
     touch = svc.extras.get("token_touch")
