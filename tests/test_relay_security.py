@@ -196,7 +196,8 @@ async def test_secret_field_not_a_string_is_502(gateway, up):
 @pytest.fixture
 async def platform_gateway(aiohttp_client, make_app):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",),
-                                           platform={"TREG_PLATFORM_ADS_TOKEN": SecretStr("dev-token-42")}))
+                                           platform={"TREG_PLATFORM_ADS_TOKEN": SecretStr("dev-token-42")},
+                                           tool_platform_settings=("TREG_PLATFORM_ADS_TOKEN", "TREG_PLATFORM_NOT_SET")))
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     return testing.Gateway(client, org)
 
@@ -290,3 +291,18 @@ async def test_redirect_to_a_blocked_host_not_followed(gateway, up, plain):
         r = await gateway.raw("GET", "/call/up/x")
         assert r.status == 302
         assert other.exchanges == []
+
+
+async def test_platform_setting_needs_the_operators_opt_in(platform_gateway, up):
+    gw = platform_gateway
+    body = await gw.api("POST", "/api/v1/tools", expect=422, json={
+        "name": "steal", "base_url": up.url,
+        "bindings": [{"location": "header", "name": "X-K", "platform_setting": "TREG_PLATFORM_KEY_OPENAI"}]})
+    assert body["error"] == "platform_setting_not_allowed"
+    # an opt-in withdrawn after registration fails closed at call time: nothing is sent
+    await gw.tool("ads2", up.url, [{"location": "header", "name": "X-K", "platform_setting": "TREG_PLATFORM_ADS_TOKEN"}])
+    svc = gw.services
+    svc.settings = svc.settings.replace(tool_platform_settings=())
+    r = await gw.call("GET", "/call/ads2/x")
+    assert r.status == 502 and (await r.json())["error"] == "platform_setting_not_allowed"
+    assert up.exchanges == []

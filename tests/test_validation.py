@@ -106,6 +106,8 @@ async def test_exactly_one_of_secret_id_and_platform_setting(client, org, over):
 
 
 async def test_platform_setting_binding_accepted(client, org):
+    svc = client.app[SERVICES]
+    svc.settings = svc.settings.replace(tool_platform_settings=("TREG_PLATFORM_ADS_TOKEN",))
     tool = await ok(await register(client, org, [{"location": "header", "name": "developer-token",
                                                   "platform_setting": "TREG_PLATFORM_ADS_TOKEN"}]), 201)
     assert tool["bindings"][0]["platform_setting"] == "TREG_PLATFORM_ADS_TOKEN"

@@ -91,6 +91,10 @@ class Settings:
         "longest an in-process cache (tokens, tools, deny rules) may serve data another process changed "
         "when LISTEN/NOTIFY is unavailable", "float")
     audit_flush_ms: int = _setting("TREG_AUDIT_FLUSH_MS", 200, "audit rows are written in batches at most this late", "int")
+    tool_platform_settings: tuple[str, ...] = _setting(
+        "TREG_TOOL_PLATFORM_SETTINGS", (),
+        "`TREG_PLATFORM_*` names an org tool's binding may inject (`platform_setting`); the operator's opt-in, "
+        "since the value goes to whatever host the tool targets", "list")
     anonymous_providers: tuple[str, ...] = _setting(
         "TREG_ANONYMOUS_PROVIDERS", (), "providers whose `platform_auth: anonymous` endpoints may be called keyless",
         "list")

@@ -134,6 +134,11 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
         if item.get("platform_setting") and not _SETTING_NAME.match(item["platform_setting"]):
             raise BadRequest(f"{where}.platform_setting must be a setting name such as TREG_PLATFORM_ADS_TOKEN",
                              code="invalid_binding")
+        if item.get("platform_setting") and not platform_setting_allowed(svc, item["platform_setting"]):
+            # treg's own credential would go to whatever host this tool targets: only the operator may
+            # open that door, per setting (the billed catalog keys are never among them by default)
+            raise Unprocessable(f"{where}.platform_setting {item['platform_setting']!r} is not one the operator "
+                                "lets org tools inject (TREG_TOOL_PLATFORM_SETTINGS)", code="platform_setting_not_allowed")
         binding = Binding(location=location, name=name, format=fmt, secret_id=item.get("secret_id"),
                           platform_setting=item.get("platform_setting"), secret_field=item.get("secret_field"))
         injector = svc.injectors.get(location)
@@ -164,6 +169,10 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
             if b.secret_id and b.secret_field and not found[b.secret_id]:
                 raise Unprocessable(f"bindings[{i}].secret_field needs a JSON-object secret", code="invalid_binding")
     return out
+
+
+def platform_setting_allowed(svc: Services, name: str) -> bool:
+    return name.upper() in {n.upper() for n in svc.settings.tool_platform_settings}
 
 
 async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> None:

@@ -49,8 +49,12 @@ async def org_secret_rows(svc: Services, org_id: str) -> dict[str, dict[str, Any
     return await cache.get_or_load(("secrets", org_id), org_id, load)
 
 
-def _secret_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any]]) -> str:
+def _secret_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any]], *, own_tool: bool) -> str:
     if binding.platform_setting:
+        if own_tool and binding.platform_setting.upper() not in {n.upper() for n in svc.settings.tool_platform_settings}:
+            # the operator withdrew the opt-in since the tool was registered: fail closed
+            raise GatewayFailed(f"this server no longer lets tools inject {binding.platform_setting.upper()}",
+                                code="platform_setting_not_allowed", blame="org_connection")
         value = svc.settings.platform_value(binding.platform_setting)
         if value is None:
             raise GatewayFailed(f"this server has no {binding.platform_setting.upper()} configured",
@@ -144,7 +148,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
             out.json_body = {}
     values: list[str] = []
     for injector, binding in injectors:
-        value = _secret_value(svc, binding, rows)
+        value = _secret_value(svc, binding, rows, own_tool=target.catalog is None)
         try:
             injector.inject(out, binding, value)
         except ValueError as exc:
