@@ -51,11 +51,22 @@ def _admin(base: str) -> Any:
     return conn
 
 
+def _drop_orphans(cur: Any) -> None:
+    """Drop test databases whose session's process is gone (a killed run leaves them behind)."""
+    cur.execute("SELECT datname FROM pg_database WHERE datname LIKE 'treg\\_test\\_template\\_%%' "
+                "OR datname LIKE 'treg\\_t\\_%%'")
+    for (name,) in cur.fetchall():
+        pid = name.rsplit("_", 1)[-1] if name.startswith("treg_test_template_") else name.split("_")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def prepare_template(base: str) -> None:
     """(Re)create the migrated template database every test database is cloned from."""
     conn = _admin(base)
     try:
         with conn.cursor() as cur:
+            _drop_orphans(cur)
             cur.execute(f'DROP DATABASE IF EXISTS "{template_db()}" WITH (FORCE)')
             cur.execute(f'CREATE DATABASE "{template_db()}"')
     finally:
@@ -75,7 +86,7 @@ def drop_template(base: str) -> None:
 @contextlib.contextmanager
 def fresh_database(base: str) -> Iterator[str]:
     """A private database cloned from the template (each test isolated), dropped afterwards."""
-    name = f"treg_t_{pysecrets.token_hex(6)}"
+    name = f"treg_t_{os.getpid()}_{pysecrets.token_hex(6)}"  # the pid lets a later session drop orphans
     conn = _admin(base)
     try:
         with conn.cursor() as cur:
