@@ -75,3 +75,16 @@ async def gateway(make_app, aiohttp_client):
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     yield testing.Gateway(client, org)
     await client.close()  # closing here, inside the test's loop, is ~1 s faster than aiohttp_client's teardown
+
+
+@pytest.fixture
+async def up():
+    """A raw-socket upstream on 127.0.0.1 that records the exact bytes it receives (answers 200 ``ok``)."""
+    async with testing.raw_upstream() as server:
+        yield server
+
+
+@pytest.fixture
+async def tool(gateway, up):
+    """The tool ``up`` of the gateway's org: base URL ``<up>/v1``, no bindings."""
+    return await gateway.tool("up", up.url + "/v1")

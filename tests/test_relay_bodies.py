@@ -10,18 +10,6 @@ import os
 
 import pytest
 
-from treg.testing import raw_upstream
-
-
-@pytest.fixture
-async def up():
-    async with raw_upstream() as server:
-        yield server
-
-
-@pytest.fixture
-async def tool(gateway, up):
-    return await gateway.tool("up", up.url + "/v1")
 
 
 def head_of(ex) -> str:

@@ -10,18 +10,7 @@ import gzip
 
 import pytest
 
-from treg.testing import http_response, raw_exchange, raw_upstream
-
-
-@pytest.fixture
-async def up():
-    async with raw_upstream() as server:
-        yield server
-
-
-@pytest.fixture
-async def tool(gateway, up):
-    return await gateway.tool("up", up.url + "/v1")
+from treg.testing import http_response, raw_exchange
 
 
 def names(ex) -> list[str]:

@@ -9,18 +9,7 @@ import base64
 
 import pytest
 
-from treg.testing import raw_exchange, raw_upstream
-
-
-@pytest.fixture
-async def up():
-    async with raw_upstream() as server:
-        yield server
-
-
-@pytest.fixture
-async def tool(gateway, up):
-    return await gateway.tool("up", up.url + "/v1")
+from treg.testing import raw_exchange
 
 
 def treg_refusal(r, status: int, code: str | None = None) -> dict:

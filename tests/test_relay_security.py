@@ -15,12 +15,6 @@ from treg.settings import SecretStr
 from treg.testing import http_response, raw_upstream
 
 
-@pytest.fixture
-async def up():
-    async with raw_upstream() as server:
-        yield server
-
-
 def hb(name: str, sid: str, fmt: str = "{secret}", **kw) -> dict:
     return {"location": "header", "name": name, "format": fmt, "secret_id": sid, **kw}
 
