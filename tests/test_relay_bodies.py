@@ -11,7 +11,6 @@ import os
 import pytest
 
 
-
 def head_of(ex) -> str:
     return ex.raw.split(b"\r\n\r\n", 1)[0].decode("latin-1")
 
