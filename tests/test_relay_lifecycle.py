@@ -224,21 +224,26 @@ async def test_client_disconnect_closes_upstream_once(served, closes, caplog):
         assert up.connections == 2
 
 
-async def test_client_disconnect_during_a_silent_upstream_closes_it(served, closes):
-    """An SSE/long-poll answer whose caller left while the upstream says nothing: treg serve has no
-    failed write to notice it by, and must still close the upstream (not hold it for the read timeout)."""
+async def _silent_upstream_then_caller_leaves(gw: testing.Gateway, closes) -> None:
+    """An SSE/long-poll answer whose caller left while the upstream says nothing: the upstream must still
+    be closed (not held for the read timeout), once, and the call audited as cancelled."""
     streamer = StreamingUpstream(then="wait_for_eof")
     async with raw_upstream(streamer) as up:
-        await served.tool("up", up.url)
-        reader, writer, head = await open_call(served.client.port, served.org["token"], "/call/up/sse")
+        await gw.tool("up", up.url)
+        reader, writer, head = await open_call(gw.client.port, gw.org["token"], "/call/up/sse")
         assert head.startswith(b"HTTP/1.1 200")
         await asyncio.wait_for(reader.readexactly(1000), BOUND)
         writer.close()
         await asyncio.wait_for(streamer.treg_closed.wait(), BOUND)
         [closer] = await closes.wait_closed(1)
         assert closes.effective(closer) == [False]
-        calls = await wait_calls(served, 1)
+        calls = await wait_calls(gw, 1)
         assert calls[0]["outcome"] == "cancelled"
+
+
+async def test_client_disconnect_during_a_silent_upstream_closes_it(served, closes):
+    """Under ``treg serve``'s runner (handler cancellation on)."""
+    await _silent_upstream_then_caller_leaves(served, closes)
 
 
 # -- 3. a stream error --------------------------------------------------------------------------------
@@ -305,20 +310,8 @@ async def test_upstream_dropping_before_answering_is_502(gateway, closes):
 # -- 4. cancellation ----------------------------------------------------------------------------------
 
 async def test_cancelled_handler_closes_upstream_once(gateway, closes):
-    """aiohttp's TestServer cancels the handler when its client goes away; the upstream, which sends
-    nothing more, must still be closed by the cancellation (not left to a read timeout)."""
-    streamer = StreamingUpstream(then="wait_for_eof")
-    async with raw_upstream(streamer) as up:
-        await gateway.tool("up", up.url)
-        reader, writer, head = await open_call(gateway.client.port, gateway.org["token"], "/call/up/stream")
-        assert head.startswith(b"HTTP/1.1 200")
-        await asyncio.wait_for(reader.readexactly(1000), BOUND)
-        writer.close()
-        await asyncio.wait_for(streamer.treg_closed.wait(), BOUND)
-        [closer] = await closes.wait_closed(1)
-        assert closes.effective(closer) == [False]
-        calls = await wait_calls(gateway, 1)
-        assert calls[0]["outcome"] == "cancelled"
+    """Under aiohttp's TestServer, which cancels the handler when its client goes away."""
+    await _silent_upstream_then_caller_leaves(gateway, closes)
 
 
 async def test_cancel_while_waiting_for_upstream_headers(gateway, closes):
