@@ -265,6 +265,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     target = state.target
     assert target is not None and target.catalog is not None
     ok = 200 <= resp.status < 300
+    # the upstream's headers the caller gets; the length is set below from what was actually read
+    relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
     spooled: metered.Spooled | None = None
     try:
         if ok and target.catalog.spooled_response:
@@ -281,8 +283,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again
             if spooled is None:
-                stored = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
-                await idempotency.complete(svc, state.claim, resp.status, stored, data)
+                await idempotency.complete(svc, state.claim, resp.status, relayed, data)
             else:
                 await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
             state.claim = None
@@ -304,7 +305,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
         _audit(svc, state.record(outcome="cancelled", status=resp.status))
         raise
     length = spooled.size if spooled is not None else len(data)
-    out_headers = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+    out_headers = list(relayed)
     out_headers.append(("Content-Length", str(length)))
     out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
