@@ -5,6 +5,7 @@ import json
 import pytest
 
 from treg.call.audit import prune_evidence
+from treg.call.types import CallRecord
 from treg.testing import http_response, raw_upstream
 
 SECRET = "sk_live_TOPSECRET_9f8e7d"
@@ -114,3 +115,23 @@ async def test_retention_prunes_old_evidence(tool):
     assert await prune_evidence(svc) == 1
     detail = await gateway.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
     assert detail["error_request"] is None and detail["outcome"] == "upstream_error"
+
+
+async def test_text_postgresql_cannot_store_loses_no_rows(tool):
+    """A NUL in an upstream's error body (and a lone surrogate, which no request line can carry but a
+    plugin's text might) reach the audit batch as text JSONB refuses; stored with U+FFFD, and the rows
+    beside them in the batch too."""
+    gateway, up = tool
+    up.responder = lambda ex: http_response(400, b'{"error": "bad\x00byte"}', [("Content-Type", "application/json")])
+    nul = await gateway.call("GET", "/call/t/nul")
+    assert nul.status == 400 and await nul.read() == b'{"error": "bad\x00byte"}'  # the caller's bytes untouched
+    fine = await gateway.call("GET", "/call/missing/y")
+    org_id = gateway.org["org_id"]
+    gateway.services.extras["audit"].record(CallRecord(id="call_surrogate", org_id=org_id, member_id=None,
+                                                       surface="call", method="GET", target="a\ud800b\\u0000",
+                                                       outcome="refused"))
+    calls = {c["call_id"]: c for c in await gateway.calls()}
+    assert {nul.headers["X-Treg-Call-Id"], fine.headers["X-Treg-Call-Id"], "call_surrogate"} <= set(calls)
+    detail = await gateway.api("GET", f"/api/v1/calls/{nul.headers['X-Treg-Call-Id']}", expect=200)
+    assert detail["error_response"]["body"] == '{"error": "bad\ufffdbyte"}'
+    assert calls["call_surrogate"]["target"] == "a\ufffdb\\u0000"  # an escaped backslash-u stays as it was

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import json
 import logging
+import re
 from typing import Any
 
-import json
-import operator
+from sqlalchemy import BigInteger
+from sqlalchemy.dialects.postgresql import JSONB
 
 from treg.call.types import CallRecord
 from treg.context import Services
@@ -24,12 +25,22 @@ from treg.infra.schema import calls, tokens
 
 log = logging.getLogger(__name__)
 
-_FIELDS = {f.name for f in dataclasses.fields(CallRecord)}
-#: the columns a record fills, in table order (created_at: the server's default)
-_COLUMNS = tuple(c.name for c in calls.columns if c.name in _FIELDS and c.name != "created_at")
-_VALUES = operator.attrgetter(*_COLUMNS)
-_INSERT_SQL = (f"INSERT INTO {calls.name} ({', '.join(_COLUMNS)}) SELECT {', '.join(_COLUMNS)} "
-               f"FROM json_populate_recordset(NULL::{calls.name}, %(rows)s)")
+#: the columns a record fills, in table order (created_at: the server's default), each read from the
+#: record's position in the JSON array the batch travels as
+_COLUMNS = tuple(c for c in calls.columns if c.name in CallRecord._fields)
+
+
+def _column_sql(column: Any) -> str:
+    i = CallRecord._fields.index(column.name)
+    if isinstance(column.type, JSONB):
+        return f"nullif(r->{i}, 'null'::jsonb)"  # JSON null is SQL NULL, not the JSONB value null
+    if column.type.python_type is int:
+        return f"(r->>{i})::{'bigint' if isinstance(column.type, BigInteger) else 'integer'}"
+    return f"r->>{i}"  # text; the INSERT's assignment checks any VARCHAR length (a cast would truncate)
+
+
+_INSERT_SQL = (f"INSERT INTO {calls.name} ({', '.join(c.name for c in _COLUMNS)}) "
+               f"SELECT {', '.join(_column_sql(c) for c in _COLUMNS)} FROM jsonb_array_elements(%(rows)s::jsonb) AS r")
 BATCH_MAX = 500
 _TOUCH_SQL = f"UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(ids)s)"
 
@@ -110,15 +121,31 @@ class AuditWriter:
                 break
 
 
+#: what JSONB refuses in a string: a NUL (\u0000) and an unpaired UTF-16 surrogate half, each only
+#: where the backslash is not itself escaped (an even run of backslashes before it)
+_UNSTORABLE = re.compile(
+    r"(?<!\\)((?:\\\\)*)\\u(?:0000|d[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2}))"
+    r"|(?<!\\)((?:\\\\)*)(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}", re.I)
+
+
+def _storable(match: re.Match[str]) -> str:
+    return (match.group(1) or match.group(2) or "") + "\\ufffd"
+
+
 def insert_sql(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
-    """One INSERT for a batch: the rows travel as one JSON array that PostgreSQL unpacks
-    (``json_populate_recordset``; JSON null is SQL NULL, nested objects fill the JSONB columns).
+    """One INSERT for a batch: the rows travel as one JSON array of arrays that PostgreSQL unpacks
+    (``jsonb_array_elements``; each column read from its position, nested objects fill the JSONB
+    evidence columns).
 
     Neither a Core ``insert().values([...])`` (SQLAlchemy compiles a bind parameter object per value)
-    nor one pyformat parameter per value (psycopg2 quotes each): both cost more CPU than relaying the
-    calls being recorded (docs/performance.md). Encoding a list of dicts is one C call."""
-    rows = [dict(zip(_COLUMNS, _VALUES(rec))) for rec in batch]
-    return _INSERT_SQL, {"rows": json.dumps(rows, separators=(",", ":"))}
+    nor one pyformat parameter per value (psycopg2 quotes each) nor an array of JSON objects (every
+    key repeated in every row) is as cheap: encoding a list of NamedTuples is one C call and half the
+    bytes (docs/performance.md). Text PostgreSQL cannot store (a NUL in an upstream's error body, a
+    lone surrogate from a request line that was not UTF-8) becomes U+FFFD instead of failing the batch."""
+    rows = json.dumps(batch, separators=(",", ":"))
+    if "\\u0000" in rows or "\\ud" in rows or "\\uD" in rows:
+        rows = _UNSTORABLE.sub(_storable, rows)
+    return _INSERT_SQL, {"rows": rows}
 
 
 async def prune_evidence(svc: Services) -> int:
