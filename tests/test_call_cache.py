@@ -3,6 +3,7 @@
 import asyncio
 
 from treg import tenancy
+from treg.infra.crypto import SecretBox
 from treg.keys import SERVICES
 from treg.testing import Gateway, raw_upstream
 
@@ -113,3 +114,27 @@ async def test_a_load_racing_a_change_is_not_cached_and_misses_share_one_load():
     assert loads == 1 and set(results) == {"v1"}  # single flight
     assert cache.get("k") is None  # the raced load was not stored
     assert await cache.get_or_load("k", "org", slow_load) == "v2" and cache.get("k") == "v2"
+
+
+async def test_memoized_plaintext_goes_with_its_row(aiohttp_client, make_app):
+    """B keeps the decrypted value beside its cached rows. When the stored row changes (here: its
+    blob re-encrypted under a key B does not have, as a key rotation in another process would leave
+    it), the change notification drops both, so B fails closed instead of injecting what it remembered."""
+    ga, gb = await _two_processes(aiohttp_client, make_app)
+    async with raw_upstream() as up:
+        sid = await ga.secret("remembered-secret-1")
+        await ga.tool("t", up.url, [{"location": "header", "name": "X-K", "secret_id": sid}])
+
+        async def b_call():
+            r = await gb.call("GET", "/call/t/x")
+            return up.last.header("X-K") if r.status == 200 else (r.status, (await r.json())["error"])
+
+        await _eventually(b_call, "remembered-secret-1")
+        assert await b_call() == "remembered-secret-1"  # warm: injected from B's memo
+        foreign = SecretBox(b"F" * 32).encrypt(b"remembered-secret-1", org_id=ga.org["org_id"], secret_id=sid)
+        async with ga.services.db.tx() as tx:
+            await tx.execute("UPDATE secrets SET blob = %(b)s WHERE id = %(id)s", {"b": foreign, "id": sid})
+            await tenancy.notify(tx, "secrets", ga.org["org_id"])
+        await _eventually(b_call, (502, "secret_undecryptable"))
+    await ga.client.close()
+    await gb.client.close()

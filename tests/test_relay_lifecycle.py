@@ -378,3 +378,24 @@ async def test_caller_leaving_mid_upload(served, closes, caplog, size, chunked):
             assert len(ex.body) < size
         assert not [r for r in caplog.records if r.levelname == "ERROR" and r.name.startswith("treg")], \
             [r.getMessage() for r in caplog.records]
+
+
+async def test_access_log_line_has_no_query(served, caplog):
+    """One access line per request, as ``treg serve`` logs it: method, the path as sent, status, size,
+    time; never the query string, where callers put keys."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    async with raw_upstream() as up:
+        await served.tool("up", up.url)
+        r = await served.call("GET", "/call/up/v1/a%2Fb?api_key=sk_live_CALLER_KEY&page=2")
+        assert r.status == 200
+        await r.read()
+        for _ in range(int(BOUND / 0.02)):  # the line is written once the answer is finished
+            lines = [rec.getMessage() for rec in caplog.records if rec.name == "aiohttp.access"]
+            if any("/call/up/" in line for line in lines):
+                break
+            await asyncio.sleep(0.02)
+        line = next(line for line in lines if "/call/up/" in line)
+        assert line.startswith("GET /call/up/v1/a%2Fb 200 ") and line.endswith("ms")
+        assert "sk_live_CALLER_KEY" not in line and "api_key" not in line and "?" not in line

@@ -7,6 +7,7 @@ registration time and writes the rendered value into the outgoing request at cal
 
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
@@ -14,6 +15,18 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 from multidict import CIMultiDict
 
 PLACEHOLDER = "secret"
+
+
+@functools.lru_cache(maxsize=4096)
+def _format_literals(fmt: str) -> tuple[str, ...]:
+    """The literal text around each field of a binding format (parsed once per format: every call
+    renders its bindings, twice counting the redactor's copy)."""
+    parts = [""]
+    for literal, name, _, _ in string.Formatter().parse(fmt):
+        parts[-1] += literal
+        if name is not None:
+            parts.append("")
+    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -33,12 +46,7 @@ class Binding:
     def render(self, value: str) -> str:
         # str.format's own parse (``{{``/``}}`` escapes, ``{{{secret}}}`` → ``{value}``), but the value is
         # inserted as-is: no format spec or conversion is ever applied to a credential
-        out = []
-        for literal, name, _, _ in string.Formatter().parse(self.format):
-            out.append(literal)
-            if name is not None:
-                out.append(value)
-        return "".join(out)
+        return value.join(_format_literals(self.format))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"location": self.location, "name": self.name, "format": self.format}

@@ -18,6 +18,7 @@ from sqlalchemy import and_, select
 
 from treg.bindings import Binding, OutgoingRequest
 from treg.call import headers as hdr
+from treg.call.evidence import Redactor
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
@@ -26,22 +27,69 @@ from treg.infra.schema import secrets
 from treg.infra.upstream import UpstreamRequest
 
 
+class OrgSecrets:
+    """An org's encrypted secret rows as cached and, beside them, what calls derive from them: the
+    decrypted values and the evidence redactors of the values injected together.
+
+    The derived values live exactly as long as the cached rows: a change to any secret of the org
+    (LISTEN/NOTIFY) or the cache's TTL drops the whole object, so no plaintext outlives its row in the
+    cache; with the caches off (listener down) every call loads a fresh object and nothing is kept.
+    Why keep plaintext at all: decrypting on every call and rebuilding a redactor's encoded variants
+    cost ~30 µs of a ~600 µs call (docs/performance.md); the values sit in this process's memory during
+    each call anyway, and this extends that to the cache's lifetime (``TREG_CACHE_TTL_S``). Never
+    logged: the object has no repr of its contents."""
+
+    __slots__ = ("rows", "_values", "_redactors")
+    _REDACTORS_MAX = 64
+
+    def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
+        self.rows = rows
+        self._values: dict[tuple[str, str | None], str] = {}
+        self._redactors: dict[tuple[str, ...], Redactor] = {}
+
+    def __repr__(self) -> str:
+        return f"<OrgSecrets {len(self.rows)} rows>"
+
+    def value(self, svc: Services, binding: Binding) -> str:
+        key = (binding.secret_id or "", binding.secret_field)
+        value = self._values.get(key)
+        if value is None:
+            value = _decrypt_value(svc, binding, self.rows)  # a failure is not kept: the next call tries again
+            self._values[key] = value
+        return value
+
+    def redactor(self, values: tuple[str, ...]) -> Redactor:
+        found = self._redactors.get(values)
+        if found is None:
+            if len(self._redactors) >= self._REDACTORS_MAX:
+                self._redactors.clear()  # bounded: tools x platform keys of one org
+            found = self._redactors[values] = Redactor.for_values(values)
+        return found
+
+
 @dataclass(frozen=True)
 class PreparedRequest:
     request: UpstreamRequest
     #: every credential value injected (for evidence redaction), never logged
     secret_values: tuple[str, ...]
     body_kept: bool  # the body is buffered bytes (evidence may keep it)
+    #: where the values came from; memoizes their redactor (None: no stored secret injected)
+    secrets: OrgSecrets | None = None
+
+    def redactor(self) -> Redactor:
+        if self.secrets is not None:
+            return self.secrets.redactor(self.secret_values)
+        return Redactor.for_values(self.secret_values)
 
 
-async def org_secret_rows(svc: Services, org_id: str) -> dict[str, dict[str, Any]]:
-    """The org's encrypted secret rows by id (cached; decrypted only at injection)."""
-    async def load() -> dict[str, dict[str, Any]]:
+async def org_secret_rows(svc: Services, org_id: str) -> OrgSecrets:
+    """The org's encrypted secret rows by id (cached; decrypted at first injection, see OrgSecrets)."""
+    async def load() -> OrgSecrets:
         async with svc.db.tx() as tx:
             rows = await tx.fetch_all(select(secrets.c.id, secrets.c.org_id, secrets.c.blob, secrets.c.is_json,
                                              secrets.c.provider, secrets.c.created_at)
                                       .where(secrets.c.org_id == org_id))
-        return {r["id"]: r for r in rows}
+        return OrgSecrets({r["id"]: r for r in rows})
 
     cache = svc.extras.get("secrets_cache")
     if cache is None:
@@ -49,7 +97,7 @@ async def org_secret_rows(svc: Services, org_id: str) -> dict[str, dict[str, Any
     return await cache.get_or_load(("secrets", org_id), org_id, load)
 
 
-def _secret_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any]], *, own_tool: bool) -> str:
+def _secret_value(svc: Services, binding: Binding, stored: OrgSecrets | None, *, own_tool: bool) -> str:
     if binding.platform_setting:
         if own_tool and binding.platform_setting.upper() not in {n.upper() for n in svc.settings.tool_platform_settings}:
             # the operator withdrew the opt-in since the tool was registered: fail closed
@@ -62,10 +110,20 @@ def _secret_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any
         return value.reveal()
     if binding.is_literal:
         return ""
+    if stored is None:  # a binding naming no secret at all: as missing as a deleted one
+        raise _secret_missing()
+    return stored.value(svc, binding)
+
+
+def _secret_missing() -> GatewayFailed:
+    return GatewayFailed("a credential this tool binds no longer exists; an admin must fix the tool",
+                         code="secret_missing", blame="org_connection")
+
+
+def _decrypt_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any]]) -> str:
     row = rows.get(binding.secret_id or "")
     if row is None:
-        raise GatewayFailed("a credential this tool binds no longer exists; an admin must fix the tool",
-                            code="secret_missing", blame="org_connection")
+        raise _secret_missing()
     try:
         raw = svc.box.decrypt(row["blob"], org_id=row["org_id"], secret_id=row["id"])
     except DecryptError as exc:
@@ -120,9 +178,9 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         headers[k] = v
     out = OutgoingRequest(headers=headers, query=list(target.query))
     body = inp.body
-    rows: dict[str, dict[str, Any]] = {}
+    stored: OrgSecrets | None = None
     if any(b.secret_id for b in target.bindings):
-        rows = await org_secret_rows(svc, org_id)
+        stored = await org_secret_rows(svc, org_id)
     injectors = []
     for binding in target.bindings:
         injector = svc.injectors.get(binding.location)
@@ -148,7 +206,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
             out.json_body = {}
     values: list[str] = []
     for injector, binding in injectors:
-        value = _secret_value(svc, binding, rows, own_tool=target.catalog is None)
+        value = _secret_value(svc, binding, stored, own_tool=target.catalog is None)
         try:
             injector.inject(out, binding, value)
         except ValueError as exc:
@@ -174,4 +232,4 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     if out.query:
         url += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in out.query)
     return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
-                           tuple(values), body_kept)
+                           tuple(values), body_kept, stored)

@@ -79,7 +79,8 @@ class CallState:
     def redactor(self) -> evidence.Redactor:
         # built on first use: its encoded variants cost more than a whole successful relay's bookkeeping
         if self._redactor is None:
-            self._redactor = evidence.Redactor.for_values(self.secret_values)
+            self._redactor = (self.prepared.redactor() if self.prepared is not None
+                              else evidence.Redactor.for_values(self.secret_values))
         return self._redactor
 
     def _masked(self, text: str) -> str:
