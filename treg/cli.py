@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Any, Callable, Coroutine
 
-from treg import __version__
+from treg import __version__, logs
 from treg.errors import TregError
 from treg.settings import Settings, load
 
@@ -76,6 +76,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # (700) the collector ran every ~20 calls and took ~7% of treg's CPU under load
         # (docs/performance.md). Fewer, larger young collections; garbage is still collected.
         gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+        logs.defer_console()  # an access line per request: written in batches (treg/logs.py)
         logging.getLogger("treg").info("treg %s serving on http://%s:%s", __version__, host, port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -277,10 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load()
-        logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        for noisy in ("pgserver", "alembic"):  # their INFO chatter buries treg's own lines
-            logging.getLogger(noisy).setLevel(logging.WARNING)
+        logs.configure(settings.log_level)
         return args.fn(args, settings)
     except TregError as exc:
         print(json.dumps({"error": exc.code, "detail": exc.detail, "blame": exc.blame}), file=sys.stderr)

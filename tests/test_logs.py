@@ -1,0 +1,65 @@
+"""The console log: the same lines as logging's defaults, INFO lines batched only under treg serve."""
+
+import asyncio
+import io
+import logging
+
+from treg import logs
+
+
+def _record(level=logging.INFO, msg="GET %s 200", args=("/call/t/x",)):
+    return logging.LogRecord("aiohttp.access", level, __file__, 1, msg, args, None)
+
+
+def test_timestamp_text_matches_loggings_own():
+    ours, theirs = logs.Formatter(logs.FORMAT), logging.Formatter(logs.FORMAT)
+    for created in (1_796_000_000.123, 1_796_000_000.999, 1_796_000_001.0, 1_796_000_061.5):
+        rec = _record()
+        rec.created, rec.msecs = created, int((created - int(created)) * 1000)
+        assert ours.format(rec) == theirs.format(rec)
+
+
+def test_undeferred_handler_writes_every_line_at_once():
+    out = io.StringIO()
+    h = logs.ConsoleHandler(out)
+    h.setFormatter(logs.Formatter("%(message)s"))
+    h.handle(_record())
+    assert out.getvalue() == "GET /call/t/x 200\n"
+
+
+class _Slow(io.StringIO):
+    """A stream that shows only what was flushed (as stderr shows only what was written)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shown = ""
+
+    def flush(self):
+        self.shown = self.getvalue()
+
+
+async def test_deferred_info_waits_for_the_timer_and_warnings_do_not():
+    out = _Slow()
+    h = logs.ConsoleHandler(out)
+    h.setFormatter(logs.Formatter("%(levelname)s %(message)s"))
+    h.defer()
+    h.handle(_record())
+    h.handle(_record())
+    assert out.shown == ""  # buffered: no write per access line
+    await asyncio.sleep(logs.FLUSH_INTERVAL_S + 0.2)
+    assert out.shown == "INFO GET /call/t/x 200\n" * 2  # written by the timer, nothing lost
+    h.handle(_record())
+    h.handle(_record(logging.WARNING, "upstream %s failed", ("x",)))
+    assert out.shown.endswith("INFO GET /call/t/x 200\nWARNING upstream x failed\n")  # at once, in order
+    h.handle(_record())
+    h.close()
+    assert out.shown.endswith("WARNING upstream x failed\nINFO GET /call/t/x 200\n")  # closing writes the rest
+
+
+def test_deferred_line_from_a_thread_without_a_loop_is_written_at_once():
+    out = _Slow()
+    h = logs.ConsoleHandler(out)
+    h.setFormatter(logs.Formatter("%(message)s"))
+    h.defer()
+    h.handle(_record())  # no running loop here
+    assert out.shown == "GET /call/t/x 200\n"
