@@ -293,3 +293,22 @@ async def test_interim_early_hints_skipped(gateway, up, tool):
                                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     r = await gateway.raw("GET", "/call/up/x")
     assert (r.status, r.body) == (200, b"ok")
+
+
+async def test_passthrough_port_out_of_range_is_a_clean_502(gateway, up, tool):
+    """The caller's own netloc reaches the upstream URL on the passthrough shape: a port yarl refuses
+    is the caller's error body, never a 500, and nothing is sent."""
+    r = await gateway.raw("GET", "/call/http://127.0.0.1:99999/v1/x")
+    assert r.status in (404, 502), (r.status, r.body)
+    treg_refusal(r, r.status)
+    assert up.exchanges == []
+
+
+def test_upstream_url_yarl_refuses_is_a_gateway_failure():
+    from treg.errors import GatewayFailed
+    from treg.infra.upstream import parse_url
+
+    with pytest.raises(GatewayFailed) as err:
+        parse_url("https://[::1/x")
+    assert err.value.status == 502 and err.value.code == "invalid_upstream_url" and err.value.blame == "caller"
+    assert parse_url("https://h/a%2Fb?x=%7E").raw_path == "/a%2Fb"  # nothing re-quoted

@@ -21,8 +21,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from yarl import URL
-
 from treg import idempotency, money, tenancy
 from treg.call import catalog_stage, evidence, headers as hdr, metered
 from treg.call.authorize import authorize
@@ -188,13 +186,14 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)
         state.secret_values = state.prepared.secret_values
         req = state.prepared.request
+        url = upstream.parse_url(req.url)
         if svc.resolver is not None:
             # vet the host's current resolution before every send, kept-alive connection or not
-            await svc.resolver.vet(URL(req.url, encoded=True).raw_host or "")
+            await svc.resolver.vet(url.raw_host or "")
         if svc.client is None:
             raise GatewayFailed("treg is shutting down", code="shutting_down", blame="treg")
         sent_at = time.monotonic()
-        resp = await upstream.send(svc.client, req)
+        resp = await upstream.send(svc.client, req, url=url)
         state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
     except TregError as exc:
         await _unwind(svc, state)
@@ -346,13 +345,14 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
             raise
         err_head = (head, more)
     out_headers = hdr.response_headers(resp.headers)
-    out_headers += list(catalog_stage.tier_headers(state.target).items())
-    names = {k.lower() for k, _ in resp.headers}
-    cl = next((v for k, v in resp.headers if k.lower() == "content-length"), None)
+    if state.target is not None and state.target.catalog is not None:
+        out_headers += list(catalog_stage.tier_headers(state.target).items())
+    cl = resp.header("content-length")
     return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body, close=resp.close,
                        finish=_finisher(svc, state, resp, err_head),
                        content_length=int(cl) if cl and cl.strip().isdigit() else None,
-                       has_content_type="content-type" in names, has_server="server" in names)
+                       has_content_type=resp.header("content-type") is not None,
+                       has_server=resp.header("server") is not None)
 
 
 def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,

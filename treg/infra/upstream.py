@@ -12,7 +12,7 @@ import asyncio
 import logging
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
 import aiohttp
 from aiohttp.client_reqrep import ClientRequest
@@ -78,6 +78,15 @@ def header_text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
+def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """Raw header pairs as text (see :func:`header_text`), and whether all of them were UTF-8."""
+    raw = tuple(raw)
+    try:
+        return tuple([(k.decode(), v.decode()) for k, v in raw]), True  # the usual case, in one pass
+    except UnicodeDecodeError:
+        return tuple([(header_text(k), header_text(v)) for k, v in raw]), False
+
+
 @dataclass(frozen=True)
 class UpstreamRequest:
     method: str
@@ -117,9 +126,24 @@ class UpstreamResponse:
     headers: tuple[tuple[str, str], ...]
     body: AsyncIterator[bytes]
     closer: CloseOnce = field(repr=False)
+    #: case-insensitive lookup of the same headers (aiohttp's; text of non-UTF-8 bytes is surrogate-escaped)
+    index: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def close(self, *, complete: bool = False) -> None:
         self.closer.close(complete=complete)
+
+    def header(self, name: str) -> str | None:
+        """The first value of ``name``, for framing and presence checks (not for relaying)."""
+        return self.index.get(name)
+
+
+def parse_url(url: str) -> URL:
+    """The upstream URL as sent (``encoded=True``: nothing re-quoted); a URL yarl refuses (a port out of
+    range, a broken IPv6 literal) is the caller's 502, never an unexpected error."""
+    try:
+        return URL(url, encoded=True)
+    except (ValueError, TypeError) as exc:
+        raise GatewayFailed(f"the upstream URL is not valid: {exc}", code="invalid_upstream_url", blame="caller") from exc
 
 
 def map_client_error(exc: BaseException, url: str) -> TregError:
@@ -164,12 +188,13 @@ async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce, chunk: int) 
 
 
 async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: int = 64 * 1024,
-               on_connect: Callable[[], Awaitable[None]] | None = None) -> UpstreamResponse:
-    """Send ``req`` and return as soon as the status line and headers arrived; the body streams."""
-    exact = _EXACT_HEADERS.set(tuple(req.headers))
+               on_connect: Callable[[], Awaitable[None]] | None = None, url: URL | None = None) -> UpstreamResponse:
+    """Send ``req`` and return as soon as the status line and headers arrived; the body streams.
+    ``url``: ``req.url`` already parsed (``URL(req.url, encoded=True)``), to parse it once per call."""
+    exact = _EXACT_HEADERS.set(req.headers)
     try:
-        resp = await session.request(req.method, URL(req.url, encoded=True), headers=list(req.headers),
-                                     data=req.body, allow_redirects=False, compress=None)
+        resp = await session.request(req.method, url if url is not None else URL(req.url, encoded=True),
+                                     headers=req.headers, data=req.body, allow_redirects=False, compress=None)
     except TregError:
         raise
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
@@ -177,6 +202,6 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: i
     finally:
         _EXACT_HEADERS.reset(exact)
     closer = CloseOnce(resp)
-    headers = tuple((header_text(k), header_text(v)) for k, v in resp.raw_headers)
+    headers, _ = header_pairs(resp.raw_headers)
     return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,
-                            body=_iterate(resp, closer, chunk), closer=closer)
+                            body=_iterate(resp, closer, chunk), closer=closer, index=resp.headers)

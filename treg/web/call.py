@@ -16,7 +16,7 @@ from treg.call import evidence, service
 from treg.call.types import CallInput
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
-from treg.infra.upstream import header_text
+from treg.infra.upstream import header_pairs
 from treg.keys import ERROR_HEADERS, SERVICES
 
 routes = web.RouteTableDef()
@@ -115,6 +115,9 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
+_CONTROL_NAMES = ("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key", "user-agent")
+
+
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     svc = request.app[SERVICES]
     raw_path = request.raw_path
@@ -123,7 +126,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
-    headers = tuple((header_text(k), header_text(v)) for k, v in request.raw_headers)
+    headers, utf8 = header_pairs(request.raw_headers)
     declared = request.content_length
     chunked = "chunked" in request.headers.get(hdrs.TRANSFER_ENCODING, "").lower()
     body: object
@@ -140,17 +143,20 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         body = await _whole(request.content.readexactly(declared)) if declared else b""
     else:
         body = _caller_stream(request)
-    # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
-    # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
-    first = {}
-    for k, v in headers:
-        first.setdefault(k.lower(), v)
+    if utf8:
+        # all UTF-8: aiohttp's own (case-insensitive, first-wins) lookups give the same text
+        h = request.headers
+        token, org_hint, tag, key, agent = (h.get(name) for name in _CONTROL_NAMES)
+    else:
+        # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
+        # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
+        first: dict[str, str] = {}
+        for k, v in headers:
+            first.setdefault(k.lower(), v)
+        token, org_hint, tag, key, agent = (first.get(name) for name in _CONTROL_NAMES)
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
-                     headers=headers, token=first.get("x-treg-token"),
-                     org_hint=first.get("x-treg-org"), body=body,  # type: ignore[arg-type]
-                     content_length=declared, tag=first.get("x-treg-tag"),
-                     idempotency_key=first.get("idempotency-key"),
-                     user_agent=first.get("user-agent"))
+                     headers=headers, token=token, org_hint=org_hint, body=body,  # type: ignore[arg-type]
+                     content_length=declared, tag=tag, idempotency_key=key, user_agent=agent)
 
 
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
@@ -161,8 +167,7 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     inp = await intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
     resp = RelayResponse(outcome)
-    for k, v in outcome.headers:
-        resp.headers.add(k, v)
+    resp.headers.extend(outcome.headers)
     resp.headers["X-Treg-Call-Id"] = call_id
     sent = 0
     error: BaseException | None = None
