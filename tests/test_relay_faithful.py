@@ -468,3 +468,16 @@ async def test_empty_query_and_lone_question_mark(gateway, up, tool):
     assert up.last.target in ("/v1/x?", "/v1/x")  # an empty query: nothing to carry
     await gateway.raw("GET", "/call/up/x?&&a=1&&")
     assert up.last.target == "/v1/x?&&a=1&&"
+
+
+async def test_a_bound_host_header_replaces_the_urls_once(gateway, up):
+    """A binding may pin Host (a provider behind a shared front): it goes upstream once, in place of
+    the URL's, and the caller's own headers keep their order around it."""
+    sid = await gateway.secret("api.pinned.example")
+    await gateway.tool("pinned", up.url, [{"location": "header", "name": "Host", "secret_id": sid}])
+    r = await gateway.raw("GET", "/call/pinned/x", [("X-A", "1"), ("Host", "caller.example"), ("X-B", "2")])
+    assert r.status == 200, r.body
+    ex = up.last
+    assert ex.header_all("Host") == ["api.pinned.example"]
+    names = [k for k, _ in ex.headers]
+    assert names.index("X-A") < names.index("X-B")

@@ -41,7 +41,7 @@ class Binding:
     @property
     def is_literal(self) -> bool:
         """A format without ``{secret}`` renders as a constant (a provider's protocol pin)."""
-        return not format_fields(self.format)
+        return len(_format_literals(self.format)) == 1  # no field between literals
 
     def render(self, value: str) -> str:
         # str.format's own parse (``{{``/``}}`` escapes, ``{{{secret}}}`` → ``{value}``), but the value is

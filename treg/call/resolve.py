@@ -30,6 +30,7 @@ from treg.infra.schema import secrets, tools
 from treg.tenancy import Identity
 
 _PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
+_CONTROL_CHARS = re.compile("[\r\n\0]")
 
 #: the catalog half on a named miss: ``async (svc, ident, inp, name, path) -> (inp, target) | None``
 CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
@@ -152,7 +153,7 @@ def parse_rest(rest: str) -> tuple[str, Any, Any]:
 async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallback: CatalogFallback | None = None,
                   final_miss: FinalMiss | None = None) -> tuple[CallInput, ResolvedTarget]:
     """The target of ``/call/<rest>`` (the input comes back too: the catalog may have buffered its body)."""
-    if any(c in inp.rest for c in "\r\n\0"):
+    if _CONTROL_CHARS.search(inp.rest):
         raise BadRequest("the call target contains control characters", code="invalid_target")
     if not inp.rest:
         raise BadRequest("name a tool: /call/<tool>/<path> or /call/https://host/path", code="invalid_target")

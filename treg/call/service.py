@@ -53,6 +53,8 @@ class CallOutcome:
     content_length: int | None = None
     has_content_type: bool = True
     has_server: bool = True
+    #: the whole body, when it is already in hand (``body`` yields the same bytes)
+    whole: bytes | None = None
 
 
 @dataclass
@@ -334,7 +336,9 @@ def _json_or_none(data: bytes) -> Any:
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
     body = resp.body
     err_head: tuple[bytes, bool] | None = None
-    if resp.status >= 400:
+    if resp.status >= 400 and resp.whole is not None:
+        err_head = (resp.whole[:evidence.RESPONSE_HEAD_MAX], len(resp.whole) > evidence.RESPONSE_HEAD_MAX)
+    elif resp.status >= 400:
         # keep the head of a failed answer for evidence; the caller still gets every byte
         try:
             head, more, body = await evidence.peek_head(body)
@@ -352,7 +356,7 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
                        finish=_finisher(svc, state, resp, err_head),
                        content_length=int(cl) if cl and cl.strip().isdigit() else None,
                        has_content_type=resp.header("content-type") is not None,
-                       has_server=resp.header("server") is not None)
+                       has_server=resp.header("server") is not None, whole=resp.whole)
 
 
 def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,

@@ -44,11 +44,12 @@ class FaithfulRequest(ClientRequest):
             super().update_headers(headers)
             return
         super().update_headers(None)  # the Host of the URL
-        for k, v in exact:
-            if k.lower() == "host":
-                self.headers[k] = v
-            else:
-                self.headers.add(k, v)
+        headers = self.headers
+        headers.extend(exact)  # every pair in order, names as spelled
+        if len(headers.getall("Host", ())) > 1:
+            # a Host of the exact list (a provider's pin) replaces the URL's, in its place at the front
+            host = [v for k, v in exact if k.lower() == "host"][-1]
+            headers["Host"] = host
 
     def update_body_from_data(self, body: Any, _stacklevel: int = 3) -> None:
         if body is None:
@@ -128,6 +129,8 @@ class UpstreamResponse:
     closer: CloseOnce = field(repr=False)
     #: case-insensitive lookup of the same headers (aiohttp's; text of non-UTF-8 bytes is surrogate-escaped)
     index: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: the whole body when it had all arrived with the head (``body`` then replays it); None: it streams
+    whole: bytes | None = None
 
     def close(self, *, complete: bool = False) -> None:
         self.closer.close(complete=complete)
@@ -187,6 +190,11 @@ async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce, chunk: int) 
         closer.close(complete=complete)
 
 
+async def _replay(data: bytes) -> AsyncIterator[bytes]:
+    if data:
+        yield data
+
+
 async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: int = 64 * 1024,
                on_connect: Callable[[], Awaitable[None]] | None = None, url: URL | None = None) -> UpstreamResponse:
     """Send ``req`` and return as soon as the status line and headers arrived; the body streams.
@@ -203,5 +211,13 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: i
         _EXACT_HEADERS.reset(exact)
     closer = CloseOnce(resp)
     headers, _ = header_pairs(resp.raw_headers)
+    content = resp.content
+    if content.is_eof() and content.exception() is None:
+        # the whole body came with the head (small answers, HEAD, 204/304): take what already arrived,
+        # nothing is waited for, and skip the stream machinery (docs/performance.md)
+        whole = content.read_nowait()
+        closer.close(complete=True)
+        return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers, body=_replay(whole),
+                                closer=closer, index=resp.headers, whole=whole)
     return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,
                             body=_iterate(resp, closer, chunk), closer=closer, index=resp.headers)

@@ -146,7 +146,8 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     if utf8:
         # all UTF-8: aiohttp's own (case-insensitive, first-wins) lookups give the same text
         h = request.headers
-        token, org_hint, tag, key, agent = (h.get(name) for name in _CONTROL_NAMES)
+        token, org_hint, tag = h.get("x-treg-token"), h.get("x-treg-org"), h.get("x-treg-tag")
+        key, agent = h.get("idempotency-key"), h.get("user-agent")
     else:
         # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
         # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
@@ -173,10 +174,15 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     error: BaseException | None = None
     try:
         await resp.prepare(request)
-        async for chunk in outcome.body:
-            await resp.write(chunk)
-            sent += len(chunk)
-        await resp.write_eof()
+        if outcome.whole is not None:
+            # already in hand: headers and body leave in one write
+            await resp.write_eof(outcome.whole)
+            sent = len(outcome.whole)
+        else:
+            async for chunk in outcome.body:
+                await resp.write(chunk)
+                sent += len(chunk)
+            await resp.write_eof()
     except TregError as exc:
         # the upstream broke mid-answer: the headers are gone, so never relabel it as a new error
         # response; cut the connection so the caller sees a truncated answer, not a complete one
