@@ -63,3 +63,46 @@ def test_deferred_line_from_a_thread_without_a_loop_is_written_at_once():
     h.defer()
     h.handle(_record())  # no running loop here
     assert out.shown == "GET /call/t/x 200\n"
+
+
+def _console_root(handler):
+    """Make ``handler`` the only root handler for a test; returns a restore function."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+    def restore():
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    return restore
+
+
+async def test_direct_line_is_the_line_logging_writes():
+    out = _Slow()
+    h = logs.ConsoleHandler(out)
+    h.setFormatter(logs.Formatter(logs.FORMAT))
+    h.defer()
+    restore = _console_root(h)
+    try:
+        access = logging.getLogger("aiohttp.access")
+        direct = logs.direct_line(access, logging.INFO)
+        assert direct is not None
+        direct.write("GET /call/t/x 200 5 1.0ms")
+        access.info("GET /call/t/x 200 5 1.0ms")
+        h.flush()
+        ours, theirs = out.shown.splitlines()
+        assert ours.split(" ", 2)[2] == theirs.split(" ", 2)[2] == "INFO aiohttp.access: GET /call/t/x 200 5 1.0ms"
+        assert len(ours) == len(theirs) and ours[:10] == theirs[:10]  # same timestamp shape
+        # anything that could change the record on its way means logging does the work
+        access.addFilter(lambda r: True)
+        assert logs.direct_line(access, logging.INFO) is None
+        access.filters.clear()
+        extra = logging.NullHandler()
+        logging.getLogger("aiohttp").addHandler(extra)
+        assert logs.direct_line(access, logging.INFO) is None
+        logging.getLogger("aiohttp").removeHandler(extra)
+        h._deferred = False  # not under treg serve
+        assert logs.direct_line(access, logging.INFO) is None
+    finally:
+        restore()

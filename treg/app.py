@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from treg import plugins
+from treg import logs, plugins
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.context import Services
 from treg.infra import crypto, dns, migrate, upstream
@@ -40,14 +40,23 @@ COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup
 class AccessLogger(AbstractAccessLogger):
     """Method, path (never the query string: callers put keys there), status, size, time."""
 
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logger, log_format)
+        # aiohttp makes one per connection: whether the line may skip logging's machinery is decided here
+        self._direct = logs.direct_line(logger, logging.INFO)
+
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         # one line per request, so kept cheap (docs/performance.md): the raw path as the caller sent it
-        # (no URL object decoded for it) and a record made directly, without logging's caller lookup
-        # (a walk up the stack for a file and line nobody reads in an access line)
-        record = self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0, "%s %s %s %s %.1fms",
-                                        (request.method, request.raw_path.partition("?")[0], response.status,
-                                         response.body_length, time * 1000), None)
-        self.logger.handle(record)
+        # (no URL object decoded for it); written straight to the console when that is where it goes,
+        # else a record made directly, without logging's caller lookup (a walk up the stack for a file
+        # and line nobody reads in an access line)
+        args = (request.method, request.raw_path.partition("?")[0], response.status, response.body_length,
+                time * 1000)
+        if self._direct is not None:
+            self._direct.write("%s %s %s %s %.1fms" % args)
+            return
+        self.logger.handle(self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0,
+                                                  "%s %s %s %s %.1fms", args, None))
 
     @property
     def enabled(self) -> bool:

@@ -36,11 +36,14 @@ class Formatter(logging.Formatter):
     _text = ""
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 (logging's name)
-        second = int(record.created)
+        return self.time_text(record.created, record.msecs)
+
+    def time_text(self, created: float, msecs: float) -> str:
+        second = int(created)
         if second != self._second:
-            self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created))
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(created))
             self._second = second
-        return "%s,%03d" % (self._text, record.msecs)
+        return "%s,%03d" % (self._text, msecs)
 
 
 class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -71,6 +74,16 @@ class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 self.flush()
                 return
             self._timer = loop.call_later(FLUSH_INTERVAL_S, self._timed_flush)
+
+    def write_line(self, line: str) -> None:
+        """A finished line (see :class:`DirectLine`), kept like a deferred INFO record."""
+        self.acquire()
+        try:
+            self.stream.write(line)
+        finally:
+            self.release()
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self._timed_flush)
 
     def _timed_flush(self) -> None:
         self._timer = None
@@ -117,3 +130,42 @@ def defer_console() -> None:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, ConsoleHandler):
             handler.defer()
+
+
+class DirectLine:
+    """Writes a logger's lines straight to the console handler, byte for byte what logging would write.
+
+    For the access line, written once per request: a LogRecord and logging's handler chain cost ~40 µs
+    of CPU per request under load, this a few (docs/performance.md). :func:`direct_line` hands one out
+    only when the console handler is where the record would end up and nothing could change it on the
+    way (no other handler, no filter, propagation all the way up), and only under ``treg serve`` (a
+    deferred handler): the access logger asks once per connection."""
+
+    __slots__ = ("_handler", "_formatter", "_prefix")
+
+    def __init__(self, handler: ConsoleHandler, formatter: Formatter, prefix: str) -> None:
+        self._handler, self._formatter, self._prefix = handler, formatter, prefix
+
+    def write(self, message: str) -> None:
+        """Call on the serving loop."""
+        now = time.time()
+        msecs = int((now - int(now)) * 1000)  # as LogRecord computes it
+        self._handler.write_line(f"{self._formatter.time_text(now, msecs)}{self._prefix}{message}\n")
+
+
+def direct_line(logger: logging.Logger, level: int) -> DirectLine | None:
+    """A :class:`DirectLine` for ``logger`` at ``level``, or None when logging must do the work."""
+    root = logging.root
+    if len(root.handlers) != 1 or not logger.isEnabledFor(level):
+        return None
+    handler = root.handlers[0]
+    fmt = handler.formatter
+    if (type(handler) is not ConsoleHandler or not handler._deferred or handler.filters or root.filters
+            or level < handler.level or type(fmt) is not Formatter or fmt._fmt != FORMAT):
+        return None
+    node: logging.Logger | None = logger
+    while node is not None and node is not root:
+        if node.handlers or node.filters or not node.propagate:
+            return None
+        node = node.parent
+    return DirectLine(handler, fmt, f" {logging.getLevelName(level)} {logger.name}: ")
