@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "te", "trailers", "trailer",
                         "transfer-encoding", "upgrade", "proxy-connection", "proxy-authenticate",
@@ -31,10 +31,11 @@ def connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 EDGE_HANDLED = frozenset({"expect"})
 
 
-def _is_dropped(name: str, listed: set[str]) -> bool:
-    n = name.lower()
-    return (n in HOP_BY_HOP or n in EDGE_HANDLED or n in CONTROL or n in listed or n.startswith("x-treg-") or n.startswith("proxy-")
-            or n.startswith("x-forwarded-"))
+#: dropped from a request by name, and by prefix
+_DROP_REQUEST = HOP_BY_HOP | EDGE_HANDLED | CONTROL
+_DROP_REQUEST_PREFIXES = ("x-treg-", "proxy-", "x-forwarded-")
+#: dropped from an answer by name (Content-Length is relayed: the caller's framing is the upstream's)
+_DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"}
 
 
 def scrub_cookie(value: str) -> str | None:
@@ -49,20 +50,24 @@ def scrub_cookie(value: str) -> str | None:
     return ";".join(kept).strip()
 
 
-def request_headers(raw: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+def request_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The caller's headers that go upstream: order and duplicates kept, hop-by-hop and control dropped."""
-    raw = list(raw)
-    listed = connection_tokens(raw)
     out = []
+    listed: set[str] | None = None
     for k, v in raw:
-        if _is_dropped(k, listed):
+        n = k.lower()
+        if n in _DROP_REQUEST or n.startswith(_DROP_REQUEST_PREFIXES):
+            if n == "connection":
+                listed = connection_tokens(raw)
             continue
-        if k.lower() == "cookie":
+        if n == "cookie":
             scrubbed = scrub_cookie(v)
             if scrubbed is None:
                 continue
             v = scrubbed
         out.append((k, v))
+    if listed:  # names the caller's Connection header marked hop-by-hop (rare: a second pass)
+        out = [(k, v) for k, v in out if k.lower() not in listed]
     return out
 
 
@@ -71,23 +76,22 @@ def _sets_treg_cookie(value: str) -> bool:
     return name in TREG_COOKIES
 
 
-def response_headers(raw: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+def response_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's headers the caller gets: every one (both Set-Cookie lines, Content-Length kept)
     minus hop-by-hop framing, X-Treg-*, treg's cookie names; plus nosniff and CSP sandbox."""
-    raw = list(raw)
-    listed = connection_tokens(raw)
     out = []
+    listed: set[str] | None = None
     for k, v in raw:
         n = k.lower()
-        if n == "content-length":
-            out.append((k, v))
-            continue
-        if n in HOP_BY_HOP or n in listed or n.startswith("x-treg-") or n == "x-content-type-options":
+        if n in _DROP_RESPONSE or n.startswith("x-treg-"):
+            if n == "connection":
+                listed = connection_tokens(raw)
             continue
         if n == "set-cookie" and _sets_treg_cookie(v):
             continue
         out.append((k, v))
+    if listed:  # names the upstream's Connection header marked hop-by-hop; never its Content-Length
+        out = [(k, v) for k, v in out if k.lower() == "content-length" or k.lower() not in listed]
     out.append(NOSNIFF)
     out.append(SANDBOX)  # beside any upstream policy: browsers enforce both
     return out
-

@@ -179,16 +179,18 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     out = OutgoingRequest(headers=headers, query=list(target.query))
     body = inp.body
     stored: OrgSecrets | None = None
-    if any(b.secret_id for b in target.bindings):
-        stored = await org_secret_rows(svc, org_id)
     injectors = []
+    needs_json = False
     for binding in target.bindings:
         injector = svc.injectors.get(binding.location)
         if injector is None:  # a plugin was removed since registration: fail closed
             raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
                                 code="injector_missing", blame="treg")
         injectors.append((injector, binding))
-    if any(inj.needs_json_body for inj, _ in injectors):
+        needs_json = needs_json or injector.needs_json_body
+        if binding.secret_id and stored is None:
+            stored = await org_secret_rows(svc, org_id)
+    if needs_json:
         raw = await buffer_body(body, svc.settings.json_body_max_bytes)
         if raw.strip():
             try:

@@ -22,7 +22,7 @@ from urllib.parse import unquote
 from sqlalchemy import and_, select
 
 from treg.bindings import Binding
-from treg.call.types import CallInput, ResolvedTarget, ToolRef
+from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.context import Services
 from treg.domain.access import tool_usable
 from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
@@ -37,17 +37,6 @@ CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
                            Awaitable["tuple[CallInput, ResolvedTarget] | None"]]
 #: the final dotted lookup once every shape missed: ``(svc, name) -> TregError | None``
 FinalMiss = Callable[[Services, str], "TregError | None"]
-
-
-def split_query(raw: str) -> list[tuple[str, str | None]]:
-    """Raw query pairs in order, duplicates and encoding kept (``?flag`` → ``("flag", None)``)."""
-    if not raw:
-        return []
-    out: list[tuple[str, str | None]] = []
-    for seg in raw.split("&"):
-        k, eq, v = seg.partition("=")
-        out.append((k, v if eq else None))
-    return out
 
 
 async def org_tools(svc: Services, org_id: str) -> tuple[ToolRef, ...]:
@@ -85,13 +74,13 @@ def _strip_query(url: str) -> tuple[str, str]:
 
 
 def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTarget:
-    base, base_query = _strip_query(tool.base_url)
     if path is None:
-        upstream = base  # a tool pinned to a full resource relays as-is (no trailing slash)
+        upstream = tool.base  # a tool pinned to a full resource relays as-is (no trailing slash)
     else:
-        upstream = base.rstrip("/") + "/" + path
-    return ResolvedTarget(upstream_url=upstream, query=tuple(split_query(base_query) + split_query(raw_query)),
-                          tool=tool, bindings=tool.bindings, provider=tool.host, credential_tier="tool")
+        upstream = tool.base.rstrip("/") + "/" + path
+    query = tool.base_query + tuple(split_query(raw_query)) if raw_query else tool.base_query
+    return ResolvedTarget(upstream_url=upstream, query=query, tool=tool, bindings=tool.bindings, provider=tool.host,
+                          credential_tier="tool")
 
 
 def _base_key(tool: ToolRef) -> str:

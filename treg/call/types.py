@@ -3,10 +3,21 @@ relay → settle → evidence). None of them knows about aiohttp."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterable, NamedTuple
 
 from treg.bindings import Binding
+
+
+def split_query(raw: str) -> list[tuple[str, str | None]]:
+    """Raw query pairs in order, duplicates and encoding kept (``?flag`` → ``("flag", None)``)."""
+    if not raw:
+        return []
+    out: list[tuple[str, str | None]] = []
+    for seg in raw.split("&"):
+        k, eq, v = seg.partition("=")
+        out.append((k, v if eq else None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,14 @@ class ToolRef:
     allowed_member_ids: tuple[str, ...] | None
     #: True when a binding's secret carries a provider (registry-backed; wins a passthrough tie)
     provider_backed: bool = False
+    #: the base URL without its query and trailing slashes, and its query pairs (split once, at load)
+    base: str = field(init=False, repr=False, compare=False)
+    base_query: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        base, _, query = self.base_url.partition("?")
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "base_query", tuple(split_query(query)))
 
     def as_mapping(self) -> dict[str, Any]:
         return {"project_id": self.project_id, "allowed_member_ids": self.allowed_member_ids}
