@@ -73,6 +73,8 @@ class OrgCache(Generic[T]):
         self._data.clear()
 
     async def get_or_load(self, key: Hashable, org_id: str, load: Callable[[], Awaitable[T]]) -> T:
+        """The cached value, else ``load()``'s (stored unless a change raced it). Hot callers try
+        :meth:`get` first: a hit then costs no coroutine."""
         value = self.get(key)
         if value is not None:
             return value

@@ -23,6 +23,9 @@ async def org_deny_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:
     cache = svc.extras.get("deny_cache")
     if cache is None:
         return await deny_rules.load_rules(svc, org_id)
+    hit = cache.get(("deny", org_id))
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
     return await cache.get_or_load(("deny", org_id), org_id, lambda: deny_rules.load_rules(svc, org_id))
 
 

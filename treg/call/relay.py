@@ -94,7 +94,7 @@ async def org_secret_rows(svc: Services, org_id: str) -> OrgSecrets:
     cache = svc.extras.get("secrets_cache")
     if cache is None:
         return await load()
-    return await cache.get_or_load(("secrets", org_id), org_id, load)
+    return cache.get(("secrets", org_id)) or await cache.get_or_load(("secrets", org_id), org_id, load)
 
 
 def _secret_value(svc: Services, binding: Binding, stored: OrgSecrets | None, *, own_tool: bool) -> str:

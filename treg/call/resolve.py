@@ -60,7 +60,7 @@ async def org_tools(svc: Services, org_id: str) -> tuple[ToolRef, ...]:
 
     if cache is None:
         return await load()
-    return await cache.get_or_load(("tools", org_id), org_id, load)
+    return cache.get(("tools", org_id)) or await cache.get_or_load(("tools", org_id), org_id, load)
 
 
 def usable(ident: Identity, tool: ToolRef) -> bool:

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money, tenancy
 from treg.call import catalog_stage, evidence, headers as hdr, metered
@@ -41,14 +41,15 @@ log = logging.getLogger(__name__)
 @dataclass
 class CallOutcome:
     """An answer ready to stream: status, headers for the caller, the body, ``close`` (idempotent) and
-    ``finish``, which the edge must await exactly once when streaming ended (normally or not)."""
+    ``finish``, which the edge must call exactly once when streaming ended (normally or not). ``finish``
+    is synchronous on purpose: it only queues the audit row, so even a cancelled handler completes it."""
 
     status: int
     reason: str
     headers: list[tuple[str, str]]
     body: AsyncIterator[bytes]
     close: Callable[[], None]
-    finish: Callable[[int, BaseException | None], Awaitable[None]]
+    finish: Callable[[int, BaseException | None], None]
     #: the upstream sent a Content-Length: keep it even on a bodyless answer (HEAD/204/304)
     content_length: int | None = None
     has_content_type: bool = True
@@ -182,9 +183,10 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
             inp, target = await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)
         state.inp, state.target = inp, target
         await authorize(svc, ident, inp.method, target)
-        replay = await _reserve(svc, state)
-        if replay is not None:
-            return replay
+        if target.billed:  # reserve stage: the platform tier only
+            replay = await _reserve(svc, state)
+            if replay is not None:
+                return replay
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)
         state.secret_values = state.prepared.secret_values
         req = state.prepared.request
@@ -254,7 +256,7 @@ def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
     async def gen() -> AsyncIterator[bytes]:
         yield body
 
-    async def finish(sent: int, error: BaseException | None) -> None:
+    def finish(sent: int, error: BaseException | None) -> None:
         _audit(svc, state.record(outcome="replayed", status=c.status, response_bytes=sent))
 
     names = {k.lower() for k, _ in headers}
@@ -360,10 +362,10 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
 
 
 def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,
-              err_head: tuple[bytes, bool] | None) -> Callable[[int, BaseException | None], Awaitable[None]]:
+              err_head: tuple[bytes, bool] | None) -> Callable[[int, BaseException | None], None]:
     finished = False
 
-    async def finish(sent: int, error: BaseException | None) -> None:
+    def finish(sent: int, error: BaseException | None) -> None:
         nonlocal finished
         if finished:
             return

@@ -201,8 +201,8 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
         raise
     finally:
         outcome.close()
-        # finish() does not suspend (it queues the audit row), so even a cancelled handler completes it
-        await outcome.finish(sent, error)
+        # finish() is synchronous (it queues the audit row), so even a cancelled handler completes it
+        outcome.finish(sent, error)
     return resp
 
 
