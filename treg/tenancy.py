@@ -108,8 +108,8 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
     digest = hash_token(token.strip())
     cache = svc.extras.get("identity_cache")
     ident = cache.get(digest) if cache is not None else None
-    epoch = cache.snapshot() if cache is not None else None
     if ident is None:
+        epoch = cache.snapshot() if cache is not None else None
         async with svc.db.tx() as tx:
             row = await tx.fetch_one(
                 select(tokens.c.id, tokens.c.token_hash, tokens.c.revoked_at, members.c.id.label("member_id"),

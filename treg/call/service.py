@@ -58,7 +58,7 @@ class CallOutcome:
     whole: bytes | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class CallState:
     """What is known about a call so far, for its audit row and event."""
 

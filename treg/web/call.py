@@ -119,7 +119,6 @@ _CONTROL_NAMES = ("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key",
 
 
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
-    svc = request.app[SERVICES]
     raw_path = request.raw_path
     if not raw_path.startswith("/"):
         # absolute-form (GET http://treg/call/... HTTP/1.1, RFC 9112 3.2.2): only its path and query count
@@ -128,16 +127,15 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     rest = path[len(_PREFIXES[surface]):]
     headers, utf8 = header_pairs(request.raw_headers)
     declared = request.content_length
-    chunked = "chunked" in request.headers.get(hdrs.TRANSFER_ENCODING, "").lower()
     body: object
     encoding = request.headers.get("X-Treg-Body-Encoding")
     if encoding is not None:
-        limit = svc.settings.body_decode_max_bytes
+        limit = request.app[SERVICES].settings.body_decode_max_bytes
         if declared is not None and declared > limit:
             raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
         body = _decode_body(encoding, await _whole(_read_bounded(request, limit)), limit)
         declared = len(body)  # type: ignore[arg-type]
-    elif declared is None and not chunked:
+    elif declared is None and "chunked" not in request.headers.get(hdrs.TRANSFER_ENCODING, "").lower():
         body = None
     elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
         body = await _whole(request.content.readexactly(declared)) if declared else b""
