@@ -312,3 +312,37 @@ def test_upstream_url_yarl_refuses_is_a_gateway_failure():
         parse_url("https://[::1/x")
     assert err.value.status == 502 and err.value.code == "invalid_upstream_url" and err.value.blame == "caller"
     assert parse_url("https://h/a%2Fb?x=%7E").raw_path == "/a%2Fb"  # nothing re-quoted
+
+
+async def test_no_route_and_wrong_method_are_error_bodies(gateway):
+    """What no route serves is the contract's error body too: 404, or 405 with Allow when the path
+    exists for other methods."""
+    r = await gateway.raw("GET", "/nothing/here")
+    assert r.status == 404 and r.json() == {"error": "not_found", "detail": "no route for GET /nothing/here",
+                                            "blame": "caller"}
+    assert r.header("X-Treg-Error") == "1"
+    r = await gateway.raw("PUT", "/api/v1/me")
+    assert r.status == 405 and r.json()["error"] == "method_not_allowed" and r.header("X-Treg-Error") == "1"
+    assert "GET" in r.header("Allow").split(", ")
+    r = await gateway.raw("GET", "/healthz")
+    assert r.status == 200
+
+
+async def test_unexpected_errors_are_logged_500_error_bodies(gateway, monkeypatch, caplog):
+    """A bug is still the contract's body (500, blame treg), logged with its traceback; on the call
+    surface it carries the call id like any refusal."""
+    from treg.call import service
+    from treg.web import api
+
+    async def broken(*a, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(api, "identify", broken)
+    monkeypatch.setattr(service, "execute", broken)
+    r = await gateway.raw("GET", "/api/v1/me")
+    assert r.status == 500 and r.json() == {"error": "internal_error", "blame": "treg",
+                                            "detail": "treg failed unexpectedly; the error was logged"}
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.status == 500 and r.json()["error"] == "internal_error" and r.header("X-Treg-Call-Id")
+    logged = [rec for rec in caplog.records if rec.name == "treg.web" and rec.exc_info]
+    assert len(logged) == 2 and all("boom" in str(rec.exc_info[1]) for rec in logged)

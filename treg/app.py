@@ -28,7 +28,7 @@ from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
 from treg.web import catalog_api, money_api
-from treg.web.middlewares import error_middleware
+from treg.web import errors
 
 log = logging.getLogger("treg")
 
@@ -69,7 +69,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
     catalog = load_catalog(pm, injectors)
     warn_unknown_anonymous(catalog, settings)
-    app = web.Application(middlewares=[error_middleware], client_max_size=1024 ** 3)
+    app = web.Application(client_max_size=1024 ** 3)  # no middleware: treg/web/errors.py says why
     app[SETTINGS] = settings
     box = crypto.load_box(settings)
     state: dict[str, Any] = {"pm": pm, "injectors": injectors, "box": box}
@@ -107,11 +107,12 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    app.router.add_get("/healthz", healthz)
-    app.router.add_routes(api.routes)
-    app.router.add_routes(catalog_api.routes)
-    app.router.add_routes(call_routes.routes)
-    app.router.add_routes(money_api.routes)
+    app.router.add_get("/healthz", errors.rendering(healthz))
+    errors.add_routes(app, api.routes)
+    errors.add_routes(app, catalog_api.routes)
+    errors.add_routes(app, money_api.routes)
+    app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
+    errors.add_unrouted(app)  # last: what no route above matched
     return app
 
 

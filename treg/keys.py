@@ -15,5 +15,5 @@ SETTINGS: web.AppKey["Settings"] = web.AppKey("settings")
 SERVICES: web.AppKey["Services"] = web.AppKey("services")
 CLIENT: web.AppKey[aiohttp.ClientSession] = web.AppKey("client")
 
-#: extra headers the error middleware adds to a refusal of this request (X-Treg-Call-Id on call surfaces)
+#: extra headers treg.web.errors adds to a refusal of this request (X-Treg-Call-Id on call surfaces)
 ERROR_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("error_headers", dict)

@@ -18,6 +18,7 @@ from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.infra.upstream import header_pairs
 from treg.keys import ERROR_HEADERS, SERVICES
+from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
 
@@ -161,7 +162,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     svc = request.app[SERVICES]
     call_id = new_id("call")
-    # the error middleware adds these to any refusal, 401 included
+    # render_failure adds these to any refusal, 401 included
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     inp = await intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
@@ -208,9 +209,15 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
 # surface (a clear 404 with X-Treg-Call-Id), not fall through the router as "no route" ('.' stops at \n)
 @routes.route("*", "/call/{rest:[\\s\\S]*}")
 async def call(request: web.Request) -> web.StreamResponse:
-    return await handle(request, "call")
+    try:
+        return await handle(request, "call")
+    except Exception as exc:  # noqa: BLE001 (rendered here: no middleware frame on the hot path)
+        return render_failure(request, exc)
 
 
 @routes.route("*", "/catalog/call/{rest:[\\s\\S]*}")
 async def catalog_call(request: web.Request) -> web.StreamResponse:
-    return await handle(request, "catalog")
+    try:
+        return await handle(request, "catalog")
+    except Exception as exc:  # noqa: BLE001
+        return render_failure(request, exc)
