@@ -135,3 +135,34 @@ async def test_text_postgresql_cannot_store_loses_no_rows(tool):
     detail = await gateway.api("GET", f"/api/v1/calls/{nul.headers['X-Treg-Call-Id']}", expect=200)
     assert detail["error_response"]["body"] == '{"error": "bad\ufffdbyte"}'
     assert calls["call_surrogate"]["target"] == "a\ufffdb\\u0000"  # an escaped backslash-u stays as it was
+
+
+def test_record_fills_every_column_from_its_source():
+    """CallState.record builds the row positionally (it runs on every call): each column must come
+    from its own source, checked by name."""
+    from types import SimpleNamespace
+
+    from treg.call.service import CallState
+    from treg.call.types import CallInput
+
+    inp = CallInput(call_id="call_1", surface="call", method="POST", rest="t/x", raw_query="", headers=(),
+                    token="tok", org_hint=None, body=None, content_length=None, tag="tag-1")
+    state = CallState(inp)
+    state.ident = SimpleNamespace(org_id="org_1", member_id="mem_1")
+    state.target = SimpleNamespace(upstream_url="https://api.example/x?key=K", provider="api.example",
+                                   endpoint_id="ep_1", credential_tier="tool",
+                                   tool=SimpleNamespace(id="tool_1", name="t"))
+    state.cost_micro, state.hold_state, state.ttfb_ms = 7, "settled", 3
+    rec = state.record(outcome="upstream_error", status=418, refused_by="deny", error_code="e", blame="upstream",
+                       request_bytes=11, response_bytes=22, error_request={"a": 1}, error_response={"b": 2})
+    got = rec._asdict()
+    assert got.pop("duration_ms") >= 0
+    assert got == {"id": "call_1", "org_id": "org_1", "member_id": "mem_1", "surface": "call", "method": "POST",
+                   "target": "t/x", "outcome": "upstream_error", "status": 418,
+                   "upstream_url": "https://api.example/x?key=[REDACTED]", "tool_id": "tool_1", "tool_name": "t",
+                   "provider": "api.example", "endpoint_id": "ep_1", "refused_by": "deny", "error_code": "e",
+                   "blame": "upstream", "credential_tier": "tool", "cost_micro": 7, "hold_state": "settled",
+                   "tag": "tag-1", "request_bytes": 11, "response_bytes": 22, "ttfb_ms": 3,
+                   "error_request": {"a": 1}, "error_response": {"b": 2}}
+    with pytest.raises(TypeError):
+        state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused

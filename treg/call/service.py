@@ -58,6 +58,11 @@ class CallOutcome:
     whole: bytes | None = None
 
 
+#: the audit columns a stage may add to a record (the rest come from the call's state)
+_RECORD_OPTIONAL = frozenset({"refused_by", "error_code", "blame", "request_bytes", "response_bytes",
+                              "error_request", "error_response"})
+
+
 @dataclass(slots=True)
 class CallState:
     """What is known about a call so far, for its audit row and event."""
@@ -91,19 +96,25 @@ class CallState:
         return self.redactor.text(text)
 
     def record(self, *, outcome: str, status: int | None, **kw: Any) -> CallRecord:
+        """The audit row; ``kw``: the optional columns a stage knows (error_code, response_bytes, …)."""
         assert self.ident is not None
+        if not _RECORD_OPTIONAL.issuperset(kw):
+            raise TypeError(f"not audit columns: {sorted(set(kw) - _RECORD_OPTIONAL)}")
         t = self.target
         inp = self.inp
+        tool = t.tool if t else None
+        get = kw.get
+        # positional, in CallRecord's field order: built on every call, and keywords cost three times as much
         return CallRecord(
-            id=inp.call_id, org_id=self.ident.org_id, member_id=self.ident.member_id, surface=inp.surface,
-            method=inp.method, target=self._masked(inp.rest[:2000]), outcome=outcome, status=status,
-            upstream_url=evidence.redact_url(t.upstream_url, self.redactor if self.secret_values
-                                             else evidence.NO_SECRETS) if t else None,
-            tool_id=t.tool.id if t and t.tool else None, tool_name=t.tool.name if t and t.tool else None,
-            provider=t.provider if t else None, endpoint_id=t.endpoint_id if t else None,
-            credential_tier=t.credential_tier if t else None, tag=inp.tag, cost_micro=self.cost_micro,
-            hold_state=self.hold_state, duration_ms=int((time.monotonic() - self.started) * 1000),
-            ttfb_ms=self.ttfb_ms, **kw)
+            inp.call_id, self.ident.org_id, self.ident.member_id, inp.surface, inp.method,
+            self._masked(inp.rest[:2000]), outcome, status,
+            evidence.redact_url(t.upstream_url, self.redactor if self.secret_values else evidence.NO_SECRETS)
+            if t else None,
+            tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
+            t.endpoint_id if t else None, get("refused_by"), get("error_code"), get("blame"),
+            t.credential_tier if t else None, self.cost_micro, self.hold_state, inp.tag, get("request_bytes"),
+            get("response_bytes"), int((time.monotonic() - self.started) * 1000), self.ttfb_ms,
+            get("error_request"), get("error_response"))
 
     def request_evidence(self) -> dict[str, Any] | None:
         if self.prepared is not None:
