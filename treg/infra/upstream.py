@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp.client_reqrep import ClientRequest
 from yarl import URL
 
-from treg.errors import GatewayFailed, TregError
+from treg.errors import BadRequest, GatewayFailed, TregError
 from treg.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -200,12 +200,25 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: i
     """Send ``req`` and return as soon as the status line and headers arrived; the body streams.
     ``url``: ``req.url`` already parsed (``URL(req.url, encoded=True)``), to parse it once per call."""
     exact = _EXACT_HEADERS.set(req.headers)
+    if url is None:
+        url = URL(req.url, encoded=True)
+    # FaithfulRequest takes the headers from the exact list, so the session's own merge of them (a Python
+    # loop per header) is skipped; except with credentials in the URL, where aiohttp must see the headers
+    # to refuse an Authorization beside them (as it always did) instead of overwriting it
+    merged = req.headers if url.raw_user is not None or url.raw_password is not None else None
     try:
-        resp = await session.request(req.method, url if url is not None else URL(req.url, encoded=True),
-                                     headers=req.headers, data=req.body, allow_redirects=False, compress=None)
+        resp = await session.request(req.method, url, headers=merged, data=req.body, allow_redirects=False,
+                                     compress=None)
     except TregError:
         raise
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as exc:
+    except ValueError as exc:
+        if merged is not None and "AUTHORIZATION" in str(exc).upper():
+            # aiohttp refuses Basic auth from the URL's user:pw@ beside an Authorization header
+            raise BadRequest("the URL carries credentials (user:password@) and the request already has an "
+                             "Authorization header (the caller's or the tool's): remove them from the URL",
+                             code="url_credentials_conflict") from exc
+        raise map_client_error(exc, req.url) from exc
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise map_client_error(exc, req.url) from exc
     finally:
         _EXACT_HEADERS.reset(exact)
