@@ -10,7 +10,6 @@ A JSON binding is the one exception that buffers and reserializes the body.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, AsyncIterable
 
 from multidict import CIMultiDict
@@ -22,6 +21,7 @@ from treg.call.evidence import Redactor
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
+from treg.frozen import frozen_value
 from treg.infra.crypto import DecryptError
 from treg.infra.schema import secrets
 from treg.infra.upstream import UpstreamRequest
@@ -67,7 +67,7 @@ class OrgSecrets:
         return found
 
 
-@dataclass(frozen=True)
+@frozen_value
 class PreparedRequest:
     request: UpstreamRequest
     #: every credential value injected (for evidence redaction), never logged

@@ -3,10 +3,11 @@ relay → settle → evidence). None of them knows about aiohttp."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, AsyncIterable, NamedTuple
 
 from treg.bindings import Binding
+from treg.frozen import frozen_value
 
 
 def split_query(raw: str) -> list[tuple[str, str | None]]:
@@ -20,7 +21,7 @@ def split_query(raw: str) -> list[tuple[str, str | None]]:
     return out
 
 
-@dataclass(frozen=True)
+@frozen_value
 class CallInput:
     """What the caller sent, as the edge saw it (raw path and query: percent-encoding untouched)."""
 
@@ -47,7 +48,7 @@ class CallInput:
         return None
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ToolRef:
     id: str
     org_id: str
@@ -72,7 +73,7 @@ class ToolRef:
         return {"project_id": self.project_id, "allowed_member_ids": self.allowed_member_ids}
 
 
-@dataclass(frozen=True)
+@frozen_value
 class ResolvedTarget:
     """Where the call goes and with which credentials."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
 import aiohttp
@@ -19,6 +19,7 @@ from aiohttp.client_reqrep import ClientRequest
 from yarl import URL
 
 from treg.errors import BadRequest, GatewayFailed, TregError
+from treg.frozen import frozen_value
 from treg.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[tuple[str, s
         return tuple([(header_text(k), header_text(v)) for k, v in raw]), False
 
 
-@dataclass(frozen=True)
+@frozen_value
 class UpstreamRequest:
     method: str
     url: str  # fully encoded, exactly what goes on the request line (plus scheme/host)
@@ -120,7 +121,7 @@ class CloseOnce:
             self._resp.close()
 
 
-@dataclass(frozen=True)
+@frozen_value
 class UpstreamResponse:
     status: int
     reason: str
