@@ -102,3 +102,29 @@ async def test_value_never_in_answers_logs_or_files(make_app, aiohttp_client, ca
     # the search itself works: a planted canary is found
     (home / "planted.txt").write_text(VALUE)
     assert files_containing(home, CANARIES) == [str(home / "planted.txt")]
+
+
+def test_stage_values_keep_secrets_out_of_their_repr():
+    """A stage value in a log line or a traceback's locals must not carry a token or an injected key."""
+    from types import SimpleNamespace
+
+    from treg.call.relay import PreparedRequest
+    from treg.call.service import CallOutcome, CallState
+    from treg.call.types import CallInput
+    from treg.infra.upstream import CloseOnce, UpstreamRequest, UpstreamResponse
+
+    key, token = "sk_live_REPR_KEY_123", "treg_REPR_TOKEN_456"
+    inp = CallInput(call_id="c", surface="call", method="POST", rest="t/x", raw_query="", content_length=3,
+                    headers=(("X-Treg-Token", token),), token=token, org_hint=None, body=key.encode())
+    req = UpstreamRequest("POST", f"https://api.example/x?api_key={key}", (("Authorization", f"Bearer {key}"),),
+                          key.encode())
+    prepared = PreparedRequest(req, (key, f"Bearer {key}"), True)
+    resp = UpstreamResponse(status=401, reason="no", headers=(("WWW-Authenticate", key),), body=None,  # type: ignore[arg-type]
+                            closer=CloseOnce(SimpleNamespace()), whole=key.encode())  # type: ignore[arg-type]
+    outcome = CallOutcome(status=401, reason="no", headers=[("X-Echo", key)], body=None, close=lambda: None,  # type: ignore[arg-type]
+                          finish=lambda sent, err: None, whole=key.encode())
+    state = CallState(inp)
+    state.prepared, state.secret_values = prepared, prepared.secret_values
+    for value in (inp, req, prepared, resp, outcome, state):
+        text = repr(value)
+        assert key not in text and token not in text, text

@@ -10,6 +10,7 @@ A JSON binding is the one exception that buffers and reserializes the body.
 from __future__ import annotations
 
 import json
+from dataclasses import field
 from typing import Any, AsyncIterable
 
 from multidict import CIMultiDict
@@ -70,8 +71,8 @@ class OrgSecrets:
 @frozen_value
 class PreparedRequest:
     request: UpstreamRequest
-    #: every credential value injected (for evidence redaction), never logged
-    secret_values: tuple[str, ...]
+    #: every credential value injected (for evidence redaction), never logged nor in a repr
+    secret_values: tuple[str, ...] = field(repr=False)
     body_kept: bool  # the body is buffered bytes (evidence may keep it)
     #: where the values came from; memoizes their redactor (None: no stored secret injected)
     secrets: OrgSecrets | None = None

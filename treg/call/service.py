@@ -46,7 +46,7 @@ class CallOutcome:
 
     status: int
     reason: str
-    headers: list[tuple[str, str]]
+    headers: list[tuple[str, str]] = field(repr=False)
     body: AsyncIterator[bytes]
     close: Callable[[], None]
     finish: Callable[[int, BaseException | None], None]
@@ -55,7 +55,7 @@ class CallOutcome:
     has_content_type: bool = True
     has_server: bool = True
     #: the whole body, when it is already in hand (``body`` yields the same bytes)
-    whole: bytes | None = None
+    whole: bytes | None = field(default=None, repr=False)
 
 
 #: the audit columns a stage may add to a record (the rest come from the call's state)
@@ -74,7 +74,7 @@ class CallState:
     prepared: PreparedRequest | None = None
     ttfb_ms: int | None = None
     #: the injected credential values (masked in anything recorded), never logged
-    secret_values: tuple[str, ...] = ()
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
     _redactor: evidence.Redactor | None = field(default=None, repr=False)
     claim: idempotency.Claim | None = None
     hold: money.Hold | None = None

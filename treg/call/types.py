@@ -30,11 +30,12 @@ class CallInput:
     method: str
     rest: str  # raw path after /call/ (or /catalog/call/), without the query
     raw_query: str  # raw query string without '?', '' when none
-    headers: tuple[tuple[str, str], ...]  # every request header, in order, duplicates kept
-    token: str | None
+    #: every request header, in order, duplicates kept (X-Treg-Token among them: never in a repr)
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
+    token: str | None = field(repr=False)
     org_hint: str | None
     #: None: the caller sent no body; bytes: buffered (small, decoded, or JSON-bound); else a stream
-    body: bytes | AsyncIterable[bytes] | None
+    body: bytes | AsyncIterable[bytes] | None = field(repr=False)
     content_length: int | None  # the caller's declared length (None when chunked or absent)
     tag: str | None = None
     idempotency_key: str | None = None

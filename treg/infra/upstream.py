@@ -91,11 +91,13 @@ def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[tuple[str, s
 
 @frozen_value
 class UpstreamRequest:
+    """What goes upstream, injected credentials included: nothing of it in a repr."""
+
     method: str
-    url: str  # fully encoded, exactly what goes on the request line (plus scheme/host)
-    headers: tuple[tuple[str, str], ...]
+    url: str = field(repr=False)  # fully encoded, exactly what goes on the request line (plus scheme/host)
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
     #: None: no body at all; bytes: a buffered body; else an async iterable streamed through
-    body: bytes | AsyncIterable[bytes] | None = None
+    body: bytes | AsyncIterable[bytes] | None = field(default=None, repr=False)
 
 
 class CloseOnce:
@@ -125,13 +127,13 @@ class CloseOnce:
 class UpstreamResponse:
     status: int
     reason: str
-    headers: tuple[tuple[str, str], ...]
+    headers: tuple[tuple[str, str], ...] = field(repr=False)  # an upstream may echo the key in one
     body: AsyncIterator[bytes]
     closer: CloseOnce = field(repr=False)
     #: case-insensitive lookup of the same headers (aiohttp's; text of non-UTF-8 bytes is surrogate-escaped)
     index: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: the whole body when it had all arrived with the head (``body`` then replays it); None: it streams
-    whole: bytes | None = None
+    whole: bytes | None = field(default=None, repr=False)
 
     def close(self, *, complete: bool = False) -> None:
         self.closer.close(complete=complete)
