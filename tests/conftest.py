@@ -88,3 +88,13 @@ async def up():
 async def tool(gateway, up):
     """The tool ``up`` of the gateway's org: base URL ``<up>/v1``, no bindings."""
     return await gateway.tool("up", up.url + "/v1")
+
+
+@pytest.fixture
+async def svc(dsn: str, settings) -> AsyncIterator[Any]:
+    """The services on their own, no HTTP (the money and idempotency suites drive them directly)."""
+    from test_money_helpers import open_services
+
+    s = await open_services(dsn, settings)
+    yield s
+    await s.db.close()

@@ -16,13 +16,6 @@ from treg.money import limits
 
 
 @pytest.fixture
-async def svc(dsn, settings):
-    s = await open_services(dsn, settings)
-    yield s
-    await s.db.close()
-
-
-@pytest.fixture
 async def org(svc):
     o = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
     ident = await tenancy.authenticate(svc, o["token"], None)

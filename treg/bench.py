@@ -494,27 +494,29 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
     return sent
 
 
+def db_scalar(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> int | None:
+    """One integer from treg's database on a short connection of its own; None when it cannot be read."""
+    import psycopg2
+
+    try:
+        conn = psycopg2.connect(dsn)
+    except psycopg2.Error:
+        return None
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            row = cur.fetchone()
+            return int(row[0]) if row else None
+    except psycopg2.Error:
+        return None
+    finally:
+        conn.close()
+
+
 async def db_xacts(dsn: str) -> int | None:
     """Transactions committed or rolled back in treg's database so far (pg_stat_database)."""
-    def probe() -> int | None:
-        import psycopg2
-
-        try:
-            conn = psycopg2.connect(dsn)
-        except psycopg2.Error:
-            return None
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database "
-                            "WHERE datname = current_database()")
-                row = cur.fetchone()
-                return int(row[0]) if row else None
-        except psycopg2.Error:
-            return None
-        finally:
-            conn.close()
-
-    return await asyncio.get_running_loop().run_in_executor(None, probe)
+    sql = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+    return await asyncio.get_running_loop().run_in_executor(None, db_scalar, dsn, sql)
 
 
 async def stream_through(port: int, token: str, total: int, timeout: float) -> dict[str, Any]:
@@ -578,21 +580,7 @@ async def setup_treg_data(port: int, token: str, upstream_url: str) -> None:
 
 
 def count_calls(dsn: str, org_id: str) -> int | None:
-    import psycopg2
-
-    try:
-        conn = psycopg2.connect(dsn)
-    except psycopg2.Error:
-        return None
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM calls WHERE org_id = %s", (org_id,))
-            row = cur.fetchone()
-            return int(row[0]) if row else None
-    except psycopg2.Error:
-        return None
-    finally:
-        conn.close()
+    return db_scalar(dsn, "SELECT count(*) FROM calls WHERE org_id = %s", (org_id,))
 
 
 @contextlib.contextmanager

@@ -144,16 +144,14 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         body = _caller_stream(request)
     if utf8:
         # all UTF-8: aiohttp's own (case-insensitive, first-wins) lookups give the same text
-        h = request.headers
-        token, org_hint, tag = h.get("x-treg-token"), h.get("x-treg-org"), h.get("x-treg-tag")
-        key, agent = h.get("idempotency-key"), h.get("user-agent")
+        token, org_hint, tag, key, agent = map(request.headers.get, _CONTROL_NAMES)
     else:
         # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
         # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
         first: dict[str, str] = {}
         for k, v in headers:
             first.setdefault(k.lower(), v)
-        token, org_hint, tag, key, agent = (first.get(name) for name in _CONTROL_NAMES)
+        token, org_hint, tag, key, agent = map(first.get, _CONTROL_NAMES)
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
                      headers=headers, token=token, org_hint=org_hint, body=body,  # type: ignore[arg-type]
                      content_length=declared, tag=tag, idempotency_key=key, user_agent=agent)
