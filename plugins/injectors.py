@@ -31,7 +31,7 @@ class HeaderInjector:
 
     def inject(self, request: OutgoingRequest, binding: Binding, value: str) -> None:
         rendered = binding.render(value)
-        if _CTL.search(rendered):
+        if not rendered.isprintable() and _CTL.search(rendered):  # the C check first: the regex only on doubt
             # a secret with a newline would split the header: refuse rather than send garbage
             raise ValueError(f"the credential for header {binding.name!r} contains control characters")
         request.headers[binding.name] = rendered  # overwrites every caller value of that name

@@ -101,14 +101,29 @@ async def create_org(svc: Services, *, slug: str, email: str) -> dict[str, Any]:
             "role": "owner", "token": token}
 
 
+def cached_identity(svc: Services, token: str | None, org_hint: str | None) -> Identity | None:
+    """:func:`authenticate` when the identity cache knows the token (no coroutine on the hot path);
+    None when it must be looked up (or refused) by :func:`authenticate`."""
+    cache = svc.extras.get("identity_cache")
+    if not token or cache is None:
+        return None
+    ident = cache.get(token.strip())
+    return _admitted(svc, ident, org_hint) if ident is not None else None
+
+
 async def authenticate(svc: Services, token: str | None, org_hint: str | None) -> Identity:
     """The caller behind ``token``; 401 when missing/unknown/revoked, 403 when ``org_hint`` differs."""
     if not token:
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
-    digest = hash_token(token.strip())
+    token = token.strip()
     cache = svc.extras.get("identity_cache")
-    ident = cache.get(digest) if cache is not None else None
+    # keyed by the token itself, not its digest: SHA-256 through OpenSSL cost ~13 µs per call with the CPU's
+    # caches cold, as they are between two calls in a busy server (docs/performance.md). The tokens of the
+    # identities cached stay in this process's memory as long as the entries do (TREG_CACHE_TTL_S, dropped
+    # on any change of the org): the same trade-off as the secrets memo, docs/architecture.md
+    ident = cache.get(token) if cache is not None else None
     if ident is None:
+        digest = hash_token(token)
         epoch = cache.snapshot() if cache is not None else None
         async with svc.db.tx() as tx:
             row = await tx.fetch_one(
@@ -126,15 +141,21 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
                          project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,
                          token_id=row["id"])
         if cache is not None:
-            cache.put(digest, ident, org_id=ident.org_id, epoch=epoch)  # not if a change raced the read
+            cache.put(token, ident, org_id=ident.org_id, epoch=epoch)  # not if a change raced the read
+    ident = _admitted(svc, ident, org_hint)
+    if svc.extras.get("token_touch") is None:  # no batching writer: noted at once
+        async with svc.db.tx() as tx:
+            await tx.execute(update(tokens).where(tokens.c.id == ident.token_id).values(last_used_at=func.now()))
+    return ident
+
+
+def _admitted(svc: Services, ident: Identity, org_hint: str | None) -> Identity:
+    """``ident`` unless ``org_hint`` names another org (403); its last use is noted for the batch."""
     if org_hint and org_hint.strip() not in (ident.org_id, ident.org_slug):
         raise Forbidden("this token belongs to another org than X-Treg-Org names", code="wrong_org")
     touch = svc.extras.get("token_touch")
     if touch is not None:
         touch(ident.token_id)
-    else:
-        async with svc.db.tx() as tx:
-            await tx.execute(update(tokens).where(tokens.c.id == ident.token_id).values(last_used_at=func.now()))
     return ident
 
 

@@ -15,6 +15,7 @@ import logging
 import re
 from typing import Any
 
+import orjson
 from sqlalchemy import BigInteger
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -139,10 +140,16 @@ def insert_sql(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
 
     Neither a Core ``insert().values([...])`` (SQLAlchemy compiles a bind parameter object per value)
     nor one pyformat parameter per value (psycopg2 quotes each) nor an array of JSON objects (every
-    key repeated in every row) is as cheap: encoding a list of NamedTuples is one C call and half the
+    key repeated in every row) is as cheap: encoding a list of rows is one C call and half the
     bytes (docs/performance.md). Text PostgreSQL cannot store (a NUL in an upstream's error body, a
     lone surrogate from a request line that was not UTF-8) becomes U+FFFD instead of failing the batch."""
-    rows = json.dumps(batch, separators=(",", ":"))
+    try:
+        # orjson: a seventh of the stdlib encoder's time per row (~0.5 against ~3.6 µs on the benchmark
+        # machine), on the hot process; it refuses what is not valid UTF-8 (a lone surrogate) and any
+        # non-str key, which the stdlib encoder below takes (and the surrogate is then made storable)
+        rows = orjson.dumps([tuple(r) for r in batch]).decode()
+    except TypeError:
+        rows = json.dumps(batch, separators=(",", ":"))
     if "\\u0000" in rows or "\\ud" in rows or "\\uD" in rows:
         rows = _UNSTORABLE.sub(_storable, rows)
     return _INSERT_SQL, {"rows": rows}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import field
-from typing import Any, AsyncIterable
+from typing import Any, AsyncIterable, NamedTuple
 
 from multidict import CIMultiDict
 from sqlalchemy import and_, select
@@ -40,13 +40,15 @@ class OrgSecrets:
     each call anyway, and this extends that to the cache's lifetime (``TREG_CACHE_TTL_S``). Never
     logged: the object has no repr of its contents."""
 
-    __slots__ = ("rows", "_values", "_redactors")
+    __slots__ = ("rows", "_values", "_redactors", "_plans")
     _REDACTORS_MAX = 64
+    _PLANS_MAX = 256
 
     def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
         self.rows = rows
         self._values: dict[tuple[str, str | None], str] = {}
         self._redactors: dict[tuple[str, ...], Redactor] = {}
+        self._plans: dict[tuple[int, bool], _Plan] = {}
 
     def __repr__(self) -> str:
         return f"<OrgSecrets {len(self.rows)} rows>"
@@ -58,6 +60,19 @@ class OrgSecrets:
             value = _decrypt_value(svc, binding, self.rows)  # a failure is not kept: the next call tries again
             self._values[key] = value
         return value
+
+    def plan(self, svc: Services, bindings: tuple[Binding, ...], own_tool: bool) -> "_Plan":
+        """What the bindings inject with these secrets: decided once per tool (see :func:`_plan`)."""
+        # keyed by the tuple's identity (hashing Bindings runs a generated __hash__ per field): the plan
+        # holds the tuple, so while the entry lives no other object can take its id
+        key = (id(bindings), own_tool)
+        found = self._plans.get(key)
+        if found is None or found.bindings is not bindings:
+            found = _plan(svc, bindings, self, own_tool=own_tool)  # a failure is not kept
+            if len(self._plans) >= self._PLANS_MAX:
+                self._plans.clear()
+            self._plans[key] = found
+        return found
 
     def redactor(self, values: tuple[str, ...]) -> Redactor:
         found = self._redactors.get(values)
@@ -170,6 +185,34 @@ async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> 
     return b"".join(parts)
 
 
+class _Plan(NamedTuple):
+    """A tool's bindings resolved against the org's secrets: each injector with its value, whether one
+    needs the JSON body, and every value to mask in evidence (raw and rendered)."""
+
+    bindings: tuple[Binding, ...]
+    steps: tuple[tuple[Any, Binding, str], ...]
+    needs_json: bool
+    secret_values: tuple[str, ...]
+
+
+def _plan(svc: Services, bindings: tuple[Binding, ...], stored: OrgSecrets | None, *, own_tool: bool) -> _Plan:
+    steps = []
+    values: list[str] = []
+    needs_json = False
+    for binding in bindings:
+        injector = svc.injectors.get(binding.location)
+        if injector is None:  # a plugin was removed since registration: fail closed
+            raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
+                                code="injector_missing", blame="treg")
+        needs_json = needs_json or injector.needs_json_body
+        value = _secret_value(svc, binding, stored, own_tool=own_tool)
+        steps.append((injector, binding, value))
+        if value:
+            values.append(value)
+            values.append(binding.render(value))
+    return _Plan(bindings, tuple(steps), needs_json, tuple(values))
+
+
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
     headers = CIMultiDict(hdr.request_headers(inp.headers))
     if "accept-encoding" not in headers:
@@ -180,18 +223,17 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     out = OutgoingRequest(headers=headers, query=list(target.query))
     body = inp.body
     stored: OrgSecrets | None = None
-    injectors = []
-    needs_json = False
-    for binding in target.bindings:
-        injector = svc.injectors.get(binding.location)
-        if injector is None:  # a plugin was removed since registration: fail closed
-            raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
-                                code="injector_missing", blame="treg")
-        injectors.append((injector, binding))
-        needs_json = needs_json or injector.needs_json_body
-        if binding.secret_id and stored is None:
+    bindings = target.bindings
+    own_tool = target.catalog is None
+    for binding in bindings:
+        if binding.secret_id:
             stored = await org_secret_rows(svc, org_id)
-    if needs_json:
+            break
+    # the secrets' plan is kept beside them (OrgSecrets: dropped with them on any change); without stored
+    # secrets (platform settings, literals) it is cheap to decide per call
+    plan = stored.plan(svc, bindings, own_tool) if stored is not None else _plan(svc, bindings, None,
+                                                                                   own_tool=own_tool)
+    if plan.needs_json:
         raw = await buffer_body(body, svc.settings.json_body_max_bytes)
         if raw.strip():
             try:
@@ -207,17 +249,12 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
             out.json_body = parsed
         else:
             out.json_body = {}
-    values: list[str] = []
-    for injector, binding in injectors:
-        value = _secret_value(svc, binding, stored, own_tool=target.catalog is None)
+    for injector, binding, value in plan.steps:
         try:
             injector.inject(out, binding, value)
         except ValueError as exc:
             raise GatewayFailed(f"the credential could not be injected: {exc}", code="injection_failed",
                                 blame="org_connection") from exc
-        if value:
-            values.append(value)
-            values.append(binding.render(value))
     body_kept = isinstance(body, bytes)
     if out.json_body is not None:
         body = json.dumps(out.json_body, ensure_ascii=False, separators=(",", ":")).encode()
@@ -235,4 +272,4 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     if out.query:
         url += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in out.query)
     return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
-                           tuple(values), body_kept, stored)
+                           plan.secret_values, body_kept, stored)

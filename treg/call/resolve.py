@@ -16,7 +16,7 @@ before the 404.
 from __future__ import annotations
 
 import re
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterable
 from urllib.parse import unquote
 
 from sqlalchemy import and_, select
@@ -30,7 +30,6 @@ from treg.infra.schema import secrets, tools
 from treg.tenancy import Identity
 
 _PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
-_CONTROL_CHARS = re.compile("[\r\n\0]")
 
 #: the catalog half on a named miss: ``async (svc, ident, inp, name, path) -> (inp, target) | None``
 CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
@@ -39,11 +38,31 @@ CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
 FinalMiss = Callable[[Services, str], "TregError | None"]
 
 
-async def org_tools(svc: Services, org_id: str) -> tuple[ToolRef, ...]:
+class OrgTools(tuple):  # type: ignore[type-arg]
+    """An org's tools (a tuple of :class:`ToolRef`), with an index by name built once per load: a named
+    call then costs one dict lookup however many tools the org has."""
+
+    by_name: dict[str, ToolRef]
+
+    def __new__(cls, items: Iterable[ToolRef]) -> "OrgTools":
+        self = super().__new__(cls, items)
+        self.by_name = {}
+        for tool in self:
+            self.by_name.setdefault(tool.name, tool)  # the first of a name, as a scan would find
+        return self
+
+
+def cached_org_tools(svc: Services, org_id: str) -> OrgTools | None:
+    """The org's tools when the cache has them (no coroutine on the hot path), else None."""
+    cache = svc.extras.get("tools_cache")
+    return cache.get(("tools", org_id)) if cache is not None else None
+
+
+async def org_tools(svc: Services, org_id: str) -> OrgTools:
     """Every tool of an org (cached; invalidated by LISTEN/NOTIFY on any tool or secret change)."""
     cache = svc.extras.get("tools_cache")
 
-    async def load() -> tuple[ToolRef, ...]:
+    async def load() -> OrgTools:
         async with svc.db.tx() as tx:
             rows = await tx.fetch_all(select(tools).where(tools.c.org_id == org_id))
             provider_secrets = {r["id"] for r in await tx.fetch_all(
@@ -56,7 +75,7 @@ async def org_tools(svc: Services, org_id: str) -> tuple[ToolRef, ...]:
                                allowed_member_ids=tuple(r["allowed_member_ids"])
                                if r["allowed_member_ids"] is not None else None,
                                provider_backed=any(b.secret_id in provider_secrets for b in bindings)))
-        return tuple(out)
+        return OrgTools(out)
 
     if cache is None:
         return await load()
@@ -77,7 +96,7 @@ def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTar
     if path is None:
         upstream = tool.base  # a tool pinned to a full resource relays as-is (no trailing slash)
     else:
-        upstream = tool.base.rstrip("/") + "/" + path
+        upstream = tool.base_slash + path
     query = tool.base_query + tuple(split_query(raw_query)) if raw_query else tool.base_query
     return ResolvedTarget(upstream_url=upstream, query=query, tool=tool, bindings=tool.bindings, provider=tool.host,
                           credential_tier="tool")
@@ -132,9 +151,10 @@ def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: 
 
 def parse_rest(rest: str) -> tuple[str, Any, Any]:
     """("url", scheme, remainder) or ("named", name, path|None)."""
-    m = _PASSTHROUGH.match(rest)
-    if m:
-        return "url", m.group(1).lower(), m.group(2)
+    if rest[:4].lower() == "http":  # the regex only where a URL could start (a named call skips it)
+        m = _PASSTHROUGH.match(rest)
+        if m:
+            return "url", m.group(1).lower(), m.group(2)
     name, sep, path = rest.partition("/")
     return "named", unquote(name), (path if sep else None)
 
@@ -142,18 +162,19 @@ def parse_rest(rest: str) -> tuple[str, Any, Any]:
 async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallback: CatalogFallback | None = None,
                   final_miss: FinalMiss | None = None) -> tuple[CallInput, ResolvedTarget]:
     """The target of ``/call/<rest>`` (the input comes back too: the catalog may have buffered its body)."""
-    if _CONTROL_CHARS.search(inp.rest):
+    rest = inp.rest
+    if "\r" in rest or "\n" in rest or "\0" in rest:  # three scans in C, cheaper than the regex engine
         raise BadRequest("the call target contains control characters", code="invalid_target")
     if not inp.rest:
         raise BadRequest("name a tool: /call/<tool>/<path> or /call/https://host/path", code="invalid_target")
     shape, a, b = parse_rest(inp.rest)
-    all_tools = await org_tools(svc, ident.org_id)
+    all_tools = cached_org_tools(svc, ident.org_id) or await org_tools(svc, ident.org_id)
     if shape == "url":
         return inp, passthrough_target(ident, all_tools, a, b, inp.raw_query)
     name, path = a, b
-    for tool in all_tools:
-        if tool.name == name:
-            return inp, named_target(tool, path, inp.raw_query)
+    tool = all_tools.by_name.get(name)
+    if tool is not None:
+        return inp, named_target(tool, path, inp.raw_query)
     if catalog_fallback is not None:
         found = await catalog_fallback(svc, ident, inp, name, path)
         if found is not None:

@@ -38,7 +38,7 @@ from treg.tenancy import Identity
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class CallOutcome:
     """An answer ready to stream: status, headers for the caller, the body, ``close`` (idempotent) and
     ``finish``, which the edge must call exactly once when streaming ended (normally or not). ``finish``
@@ -186,7 +186,8 @@ async def _unwind(svc: Services, state: CallState) -> None:
 async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state = CallState(inp)
     # 401s are answered and logged, not recorded: there is no org to record them under.
-    state.ident = ident = await tenancy.authenticate(svc, inp.token, inp.org_hint)
+    state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
+                           or await tenancy.authenticate(svc, inp.token, inp.org_hint))
     try:
         if inp.surface == "catalog":
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
@@ -364,12 +365,11 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
     out_headers = hdr.response_headers(resp.headers)
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
-    cl = resp.header("content-length")
-    return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body, close=resp.close,
-                       finish=_finisher(svc, state, resp, err_head),
-                       content_length=int(cl) if cl and cl.strip().isdigit() else None,
-                       has_content_type=resp.header("content-type") is not None,
-                       has_server=resp.header("server") is not None, whole=resp.whole)
+    index = resp.index
+    cl = index.get("content-length")
+    return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, _finisher(svc, state, resp, err_head),
+                       int(cl) if cl and cl.strip().isdigit() else None, "content-type" in index, "server" in index,
+                       resp.whole)
 
 
 def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,

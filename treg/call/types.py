@@ -64,10 +64,13 @@ class ToolRef:
     #: the base URL without its query and trailing slashes, and its query pairs (split once, at load)
     base: str = field(init=False, repr=False, compare=False)
     base_query: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
+    #: ``base`` without its trailing slashes, plus one: where a call's path is appended
+    base_slash: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         base, _, query = self.base_url.partition("?")
         object.__setattr__(self, "base", base)
+        object.__setattr__(self, "base_slash", base.rstrip("/") + "/")
         object.__setattr__(self, "base_query", tuple(split_query(query)))
 
     def as_mapping(self) -> dict[str, Any]:

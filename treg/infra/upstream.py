@@ -9,6 +9,7 @@ aiohttp errors are mapped to :class:`~treg.errors.GatewayFailed` here, never lea
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from contextvars import ContextVar
 from dataclasses import field
@@ -145,11 +146,24 @@ class UpstreamResponse:
 
 def parse_url(url: str) -> URL:
     """The upstream URL as sent (``encoded=True``: nothing re-quoted); a URL yarl refuses (a port out of
-    range, a broken IPv6 literal) is the caller's 502, never an unexpected error."""
+    range, a broken IPv6 literal) is the caller's 502, never an unexpected error.
+
+    A URL with no query and no ``@`` is memoized (a URL is immutable; a refusal is not kept): calls to
+    one endpoint then parse it once instead of running yarl's parser with the CPU's caches cold on every
+    call (docs/performance.md). A query may carry an injected key and ``@`` credentials: never kept."""
+    if "?" in url or "@" in url:
+        return _parse_url(url)
+    return _parse_url_memo(url)
+
+
+def _parse_url(url: str) -> URL:
     try:
         return URL(url, encoded=True)
     except (ValueError, TypeError) as exc:
         raise GatewayFailed(f"the upstream URL is not valid: {exc}", code="invalid_upstream_url", blame="caller") from exc
+
+
+_parse_url_memo = functools.lru_cache(maxsize=1024)(_parse_url)
 
 
 def map_client_error(exc: BaseException, url: str) -> TregError:

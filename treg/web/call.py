@@ -127,16 +127,18 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
     headers, utf8 = header_pairs(request.raw_headers)
-    declared = request.content_length
+    index = request.headers  # aiohttp's case-insensitive view, bound once (each access is a property call)
+    cl = index.get(hdrs.CONTENT_LENGTH)
+    declared = None if cl is None else int(cl)  # aiohttp's parser already refused a malformed length
     body: object
-    encoding = request.headers.get("X-Treg-Body-Encoding")
+    encoding = index.get("X-Treg-Body-Encoding")
     if encoding is not None:
         limit = request.app[SERVICES].settings.body_decode_max_bytes
         if declared is not None and declared > limit:
             raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
         body = _decode_body(encoding, await _whole(_read_bounded(request, limit)), limit)
         declared = len(body)  # type: ignore[arg-type]
-    elif declared is None and "chunked" not in request.headers.get(hdrs.TRANSFER_ENCODING, "").lower():
+    elif declared is None and "chunked" not in index.get(hdrs.TRANSFER_ENCODING, "").lower():
         body = None
     elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
         body = await _whole(request.content.readexactly(declared)) if declared else b""
@@ -144,7 +146,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         body = _caller_stream(request)
     if utf8:
         # all UTF-8: aiohttp's own (case-insensitive, first-wins) lookups give the same text
-        token, org_hint, tag, key, agent = map(request.headers.get, _CONTROL_NAMES)
+        token, org_hint, tag, key, agent = map(index.get, _CONTROL_NAMES)
     else:
         # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
         # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
