@@ -36,6 +36,9 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     assert stream["upload_received"] == stream["download_received"] == 2 * 1024 * 1024
     assert stream["rss_kib_before"]["VmHWM"] > 0 and stream["rss_kib_after"]["VmHWM"] > 0
 
+    # with two CPUs or more, each relay ran alone on one (the report says where everything ran)
+    assert result["pinning"] == "off" or result["pinning"].startswith("relay under test on CPU")
+
     # auditing was on: a clean shutdown wrote one row per call treg relayed (warm-ups included)
     assert result["audit"]["calls_recorded"] == result["audit"]["calls_sent_to_treg"] > 0
 

@@ -603,6 +603,65 @@ def bench_database(opts: argparse.Namespace) -> Iterator[str]:
         testing.drop_template(base)
 
 
+# -- CPU placement -----------------------------------------------------------------------------------
+
+
+def cpu_plan(mode: str) -> tuple[set[int], set[int]] | None:
+    """``--pin auto``: with two CPUs or more, (the relay's CPU, every other CPU); else None (no pinning)."""
+    if mode == "off" or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return {cpus[0]}, set(cpus[1:])
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` onto ``cpus`` (threads started later inherit it from their creator)."""
+    tasks = [int(t) for t in os.listdir(f"/proc/{pid}/task")] if os.path.isdir(f"/proc/{pid}/task") else [pid]
+    for tid in tasks:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.sched_setaffinity(tid, cpus)
+
+
+def _parent(pid: int | str) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+def _postmaster_family(postmaster: int) -> list[int]:
+    pids = [postmaster]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if _parent(entry) == postmaster:
+                    pids.append(int(entry))
+    return pids
+
+
+@contextlib.contextmanager
+def database_pinned(dsn: str, cpus: set[int]) -> Iterator[None]:
+    """PostgreSQL's postmaster and its children on ``cpus`` while the block runs (backends forked
+    meanwhile inherit it), then back where they were: the server may be shared (the test suite's).
+    Nothing happens when the server is not a local process of ours."""
+    backend = db_scalar(dsn, "SELECT pg_backend_pid()")
+    postmaster = before = None
+    if backend is not None:
+        with contextlib.suppress(OSError, ValueError, IndexError, PermissionError):
+            postmaster = _parent(backend)
+            before = os.sched_getaffinity(postmaster)
+    if postmaster is None or before is None:
+        yield
+        return
+    for pid in _postmaster_family(postmaster):
+        pin(pid, cpus)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            for pid in _postmaster_family(postmaster):
+                pin(pid, before)
+
+
 def machine_text() -> str:
     import aiohttp
 
@@ -627,13 +686,26 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
     await asyncio.sleep(1.0)
     busy1, total1 = machine_ticks()
     result["machine_busy_before_pct"] = round((busy1 - busy0) / max(total1 - total0, 1) * 100, 1)
-    with tempfile.TemporaryDirectory(prefix="treg-bench-") as tmp, bench_database(opts) as dsn:
+    plan = cpu_plan(opts.pin)
+    result["pinning"] = (f"relay under test on CPU {sorted(plan[0])}, everything else on CPUs {sorted(plan[1])}"
+                         if plan else "off")
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="treg-bench-"))
+        dsn = stack.enter_context(bench_database(opts))
+        if plan is not None:
+            # the relay under test (baseline or treg, one at a time) alone on its CPU; the load
+            # generator, the upstream and PostgreSQL on the others: both relays then run in the same
+            # conditions instead of wherever the scheduler puts them (docs/performance.md)
+            os.sched_setaffinity(0, plan[1])  # this process, and the helpers it starts inherit it
+            stack.enter_context(database_pinned(dsn, plan[1]))
         try:
             up = await start_helper("upstream")
             servers.append(up)
             upstream_url = f"http://127.0.0.1:{up.port}"
             base = await start_helper("baseline", upstream_url)
             servers.append(base)
+            if plan is not None:
+                pin(base.pid, plan[0])
             env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
             env.update(TREG_HOME=str(Path(tmp) / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
                        TREG_HOST="127.0.0.1", TREG_PORT=str(free_port()), TREG_LOG_LEVEL=opts.treg_log_level)
@@ -645,6 +717,8 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
             say("starting treg serve …")
             treg = await start_treg(env, log_path, opts.treg_wrapper)
             servers.append(treg)
+            if plan is not None:
+                pin(treg.pid, plan[0])
             await setup_treg_data(treg.port, token, upstream_url)
             spy = None
             if opts.py_spy:
@@ -727,7 +801,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"machine: {result['machine']}; busy {result['machine_busy_before_pct']}% before the run "
              "(other load)",
              f"load generator: {result['client']} client in its own process; {result['rounds']} round(s) "
-             f"interleaved; treg log level {result['treg_log_level']}", ""]
+             f"interleaved; treg log level {result['treg_log_level']}; pinning: {result.get('pinning', 'off')}", ""]
     head = (f"{'target':<9} {'conc':>4} {'requests':>8} {'errors':>6} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
             f"{'srv µs/req':>10} {'srv CPU%':>8} {'up CPU%':>7} {'gen CPU%':>8} {'busy%':>6}")
     lines.append(head)
@@ -768,15 +842,17 @@ def render(result: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m treg.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--requests", type=int, default=20000, help="measured requests per round at concurrency > 1")
-    p.add_argument("--requests-c1", type=int, default=3000, help="measured requests per round at concurrency 1")
+    p.add_argument("--requests", type=int, default=10000, help="measured requests per round at concurrency > 1")
+    p.add_argument("--requests-c1", type=int, default=1500, help="measured requests per round at concurrency 1")
     p.add_argument("--warmup", type=int, default=300, help="unmeasured requests before each phase")
     p.add_argument("--concurrency", default="1,32", help="comma-separated concurrencies (default 1,32)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds; direct/baseline/treg interleave in each")
+    p.add_argument("--rounds", type=int, default=4, help="rounds; direct/baseline/treg interleave in each")
     p.add_argument("--time-cap", type=float, default=30.0, help="seconds one phase may run at most")
     p.add_argument("--stream-mib", type=int, default=512, help="MiB streamed each way through treg (0: skip)")
     p.add_argument("--stream-timeout", type=float, default=600.0, help="seconds one streaming transfer may take")
     p.add_argument("--client", choices=("raw", "aiohttp"), default="raw", help="load generator")
+    p.add_argument("--pin", choices=("auto", "off"), default="auto",
+                   help="auto: with 2+ CPUs, the relay under test alone on one CPU, the rest on the others")
     p.add_argument("--treg-log-level", default="INFO", help="TREG_LOG_LEVEL of the treg server (INFO: as shipped)")
     p.add_argument("--dsn", help="database for treg (default: TREG_DATABASE_URL, else a fresh one on the "
                                  "embedded test server)")
