@@ -106,3 +106,17 @@ async def test_orgs_resolve_independently(gateway):
         r = await gateway.call("GET", f"/call/{up.url}/mine/x", as_={"X-Treg-Token": other["token"]})
         assert r.status == 404
         assert len(up.exchanges) == 0
+
+
+async def test_named_call_picks_its_tool_among_many(gateway):
+    """Tools are looked up by name through an index built once per load (OrgTools.by_name), not a scan:
+    with many tools in the org each name still reaches its own upstream path and credential."""
+    async with raw_upstream() as up:
+        for i in range(12):
+            sid = await gateway.secret(f"secret-value-{i:02d}", name=f"s{i}")
+            await gateway.tool(f"tool-{i}", f"{up.url}/t{i}", [{"location": "header", "name": "X-Key",
+                                                                  "secret_id": sid}])
+        for i in (0, 7, 11):
+            r = await gateway.call("GET", f"/call/tool-{i}/ping")
+            assert r.status == 200
+            assert up.last.target == f"/t{i}/ping" and up.last.header("X-Key") == f"secret-value-{i:02d}"

@@ -128,3 +128,18 @@ def test_stage_values_keep_secrets_out_of_their_repr():
     for value in (inp, req, prepared, resp, outcome, state):
         text = repr(value)
         assert key not in text and token not in text, text
+
+
+def test_upstream_urls_with_a_query_or_credentials_are_never_memoized():
+    """Parsed upstream URLs are kept only when nothing secret can be in them: a query may carry an
+    injected key, ``user:pw@`` a caller's credentials (docs/architecture.md)."""
+    from treg.infra import upstream
+
+    memo = upstream._parse_url_memo
+    memo.cache_clear()
+    assert upstream.parse_url("http://127.0.0.1:9/v1/things").raw_path == "/v1/things"
+    assert upstream.parse_url("http://127.0.0.1:9/v1/things") is upstream.parse_url("http://127.0.0.1:9/v1/things")
+    assert memo.cache_info().currsize == 1
+    assert upstream.parse_url("http://127.0.0.1:9/v1?api_key=sk-live-123").raw_query_string == "api_key=sk-live-123"
+    assert upstream.parse_url("http://user:pw@127.0.0.1:9/v1").raw_password == "pw"
+    assert memo.cache_info().currsize == 1  # neither was kept
