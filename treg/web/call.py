@@ -16,7 +16,7 @@ from treg.call import evidence, service
 from treg.call.types import CallInput
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
-from treg.infra.upstream import header_pairs
+from treg.infra.upstream import header_text
 from treg.keys import ERROR_HEADERS, SERVICES
 from treg.web.errors import render_failure
 
@@ -116,7 +116,31 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
     return b"".join(parts)
 
 
-_CONTROL_NAMES = ("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key", "user-agent")
+#: the headers intake reads, by lower-case name → slot; the first of each name counts (as aiohttp's lookups)
+_READ = {name: i for i, name in enumerate(("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key",
+                                              "user-agent", "content-length", "transfer-encoding",
+                                              "x-treg-body-encoding"))}
+
+
+def read_headers(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[tuple[str, str], ...], list[str | None]]:
+    """Every header as text (:func:`~treg.infra.upstream.header_text`: UTF-8, else latin-1, never dropped)
+    and, in the same pass, the values intake reads (slots of ``_READ``). One loop instead of decoding all
+    then looking each control header up in aiohttp's index: cheaper with the CPU's caches cold, as they
+    are between two calls (docs/performance.md). Taken from the decoded text, not aiohttp's index: its
+    surrogate-escaped text of non-UTF-8 bytes cannot be hashed, stored or re-encoded."""
+    headers = []
+    found: list[str | None] = [None] * len(_READ)
+    slot = _READ.get
+    for k, v in raw:
+        try:
+            name, value = k.decode(), v.decode()
+        except UnicodeDecodeError:
+            name, value = header_text(k), header_text(v)
+        headers.append((name, value))
+        i = slot(name.lower())
+        if i is not None and found[i] is None:
+            found[i] = value
+    return tuple(headers), found
 
 
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
@@ -126,34 +150,21 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
-    headers, utf8 = header_pairs(request.raw_headers)
-    index = request.headers  # aiohttp's case-insensitive view, bound once (each access is a property call)
-    cl = index.get(hdrs.CONTENT_LENGTH)
+    headers, (token, org_hint, tag, key, agent, cl, te, encoding) = read_headers(request.raw_headers)
     declared = None if cl is None else int(cl)  # aiohttp's parser already refused a malformed length
     body: object
-    encoding = index.get("X-Treg-Body-Encoding")
     if encoding is not None:
         limit = request.app[SERVICES].settings.body_decode_max_bytes
         if declared is not None and declared > limit:
             raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
         body = _decode_body(encoding, await _whole(_read_bounded(request, limit)), limit)
         declared = len(body)  # type: ignore[arg-type]
-    elif declared is None and "chunked" not in index.get(hdrs.TRANSFER_ENCODING, "").lower():
+    elif declared is None and (te is None or "chunked" not in te.lower()):
         body = None
     elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
         body = await _whole(request.content.readexactly(declared)) if declared else b""
     else:
         body = _caller_stream(request)
-    if utf8:
-        # all UTF-8: aiohttp's own (case-insensitive, first-wins) lookups give the same text
-        token, org_hint, tag, key, agent = map(index.get, _CONTROL_NAMES)
-    else:
-        # control values from the decoded headers, not request.headers: aiohttp's surrogate-escaped text of
-        # non-UTF-8 bytes cannot be hashed, stored or re-encoded (a 500 on a garbage token or tag)
-        first: dict[str, str] = {}
-        for k, v in headers:
-            first.setdefault(k.lower(), v)
-        token, org_hint, tag, key, agent = map(first.get, _CONTROL_NAMES)
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
                      headers=headers, token=token, org_hint=org_hint, body=body,  # type: ignore[arg-type]
                      content_length=declared, tag=tag, idempotency_key=key, user_agent=agent)
