@@ -106,3 +106,27 @@ async def test_direct_line_is_the_line_logging_writes():
         assert logs.direct_line(access, logging.INFO) is None
     finally:
         restore()
+
+
+async def test_direct_lines_are_formatted_with_their_batch_in_order_and_bounded():
+    out = _Slow()
+    h = logs.ConsoleHandler(out)
+    h.setFormatter(logs.Formatter(logs.FORMAT))
+    h.defer()
+    restore = _console_root(h)
+    try:
+        access = logging.getLogger("aiohttp.access")
+        direct = logs.direct_line(access, logging.INFO)
+        direct.write("%s %s %s %s %.1fms", ("GET", "/call/t/a", 200, 5, 1.25))
+        direct.write("%s %s %s %s %.1fms", ("GET", "/call/t/b", 404, 0, 0.5))
+        assert out.getvalue() == ""  # kept, not even formatted yet
+        logging.getLogger("treg").warning("after both")
+        lines = out.shown.splitlines()
+        assert [line.split(": ", 1)[1] for line in lines] == ["GET /call/t/a 200 5 1.2ms", "GET /call/t/b 404 0 0.5ms",
+                                                            "after both"]  # in order, before the warning
+        for i in range(logs._LINES_MAX):  # a full batch is written without waiting for the timer
+            direct.write("%s %s %s %s %.1fms", ("GET", f"/call/t/{i}", 200, 1, 0.1))
+        assert out.getvalue().count("\n") == 3 + logs._LINES_MAX and not h._lines
+    finally:
+        h.close()
+        restore()

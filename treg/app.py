@@ -53,7 +53,7 @@ class AccessLogger(AbstractAccessLogger):
         args = (request.method, request.raw_path.partition("?")[0], response.status, response.body_length,
                 time * 1000)
         if self._direct is not None:
-            self._direct.write("%s %s %s %s %.1fms" % args)
+            self._direct.write("%s %s %s %s %.1fms", args)  # formatted with its batch, not here
             return
         self.logger.handle(self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0,
                                                   "%s %s %s %s %.1fms", args, None))

@@ -76,6 +76,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # (700) the collector ran every ~20 calls and took ~7% of treg's CPU under load
         # (docs/performance.md). Fewer, larger young collections; garbage is still collected.
         gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+        # what startup built (modules, SQLAlchemy's tables, the catalog, plugins: ~100k objects) lives as
+        # long as the process: out of the collector's way, so an occasional full collection walks only
+        # what serving allocates (startup garbage collected first; frozen objects are never freed)
+        gc.collect()
+        gc.freeze()
         logs.defer_console()  # an access line per request: written in batches (treg/logs.py)
         logging.getLogger("treg").info("treg %s serving on http://%s:%s", __version__, host, port)
         stop = asyncio.Event()

@@ -27,6 +27,8 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: how long an INFO line may wait in the buffer under ``treg serve``
 FLUSH_INTERVAL_S = 0.5
 _BUFFER = 64 * 1024
+#: at most this many access lines wait unformatted (a bound on memory between two timer flushes)
+_LINES_MAX = 2048
 
 
 class Formatter(logging.Formatter):
@@ -53,12 +55,16 @@ class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().__init__(stream if stream is not None else _buffered_stderr())
         self._deferred = False
         self._timer: asyncio.TimerHandle | None = None
+        #: lines of :class:`DirectLine` not formatted yet: (formatter, prefix, format, args, created)
+        self._lines: list[tuple[Formatter, str, str, tuple[object, ...], float]] = []
 
     def defer(self) -> None:
         """From now on, INFO lines may wait up to ``FLUSH_INTERVAL_S`` (call it on the serving loop)."""
         self._deferred = True
 
     def emit(self, record: logging.LogRecord) -> None:
+        if self._lines:
+            self._write_lines()  # what came before this record is written before it
         if not self._deferred or record.levelno >= logging.WARNING:
             super().emit(record)  # writes and flushes
             return
@@ -75,15 +81,40 @@ class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 return
             self._timer = loop.call_later(FLUSH_INTERVAL_S, self._timed_flush)
 
-    def write_line(self, line: str) -> None:
-        """A finished line (see :class:`DirectLine`), kept like a deferred INFO record."""
+    def keep_line(self, formatter: Formatter, prefix: str, fmt: str, args: tuple[object, ...], created: float) -> None:
+        """A line of :class:`DirectLine`, kept like a deferred INFO record and formatted only when the
+        batch is written (call it on the serving loop): formatting a thousand lines in one loop costs
+        less than one at a time between calls, with the CPU's caches cold (docs/performance.md)."""
         self.acquire()
         try:
-            self.stream.write(line)
+            self._lines.append((formatter, prefix, fmt, args, created))
+            full = len(self._lines) >= _LINES_MAX
         finally:
             self.release()
+        if full:
+            self._write_lines()
         if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self._timed_flush)
+
+    def _write_lines(self) -> None:
+        self.acquire()
+        try:
+            lines, self._lines = self._lines, []
+            out = []
+            for formatter, prefix, fmt, args, created in lines:
+                msecs = int((created - int(created)) * 1000)  # as LogRecord computes it
+                out.append(f"{formatter.time_text(created, msecs)}{prefix}{fmt % args if args else fmt}\n")
+            if out:
+                self.stream.write("".join(out))
+        except Exception:  # logging's own policy: a broken log line never breaks the caller
+            self.handleError(logging.makeLogRecord({"msg": "access lines could not be written"}))
+        finally:
+            self.release()
+
+    def flush(self) -> None:
+        if self._lines:
+            self._write_lines()
+        super().flush()
 
     def _timed_flush(self) -> None:
         self._timer = None
@@ -146,11 +177,9 @@ class DirectLine:
     def __init__(self, handler: ConsoleHandler, formatter: Formatter, prefix: str) -> None:
         self._handler, self._formatter, self._prefix = handler, formatter, prefix
 
-    def write(self, message: str) -> None:
-        """Call on the serving loop."""
-        now = time.time()
-        msecs = int((now - int(now)) * 1000)  # as LogRecord computes it
-        self._handler.write_line(f"{self._formatter.time_text(now, msecs)}{self._prefix}{message}\n")
+    def write(self, fmt: str, args: tuple[object, ...] = ()) -> None:
+        """The line ``fmt % args`` (``fmt`` as is without args), stamped now; call on the serving loop."""
+        self._handler.keep_line(self._formatter, self._prefix, fmt, args, time.time())
 
 
 def direct_line(logger: logging.Logger, level: int) -> DirectLine | None:

@@ -58,11 +58,6 @@ class CallOutcome:
     whole: bytes | None = field(default=None, repr=False)
 
 
-#: the audit columns a stage may add to a record (the rest come from the call's state)
-_RECORD_OPTIONAL = frozenset({"refused_by", "error_code", "blame", "request_bytes", "response_bytes",
-                              "error_request", "error_response"})
-
-
 @dataclass(slots=True)
 class CallState:
     """What is known about a call so far, for its audit row and event."""
@@ -95,15 +90,16 @@ class CallState:
             return text
         return self.redactor.text(text)
 
-    def record(self, *, outcome: str, status: int | None, **kw: Any) -> CallRecord:
-        """The audit row; ``kw``: the optional columns a stage knows (error_code, response_bytes, …)."""
+    def record(self, *, outcome: str, status: int | None, refused_by: str | None = None,
+               error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
+               response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
+               error_response: dict[str, Any] | None = None) -> CallRecord:
+        """The audit row, with the optional columns a stage knows (named parameters: a misspelt column
+        is a TypeError, and no keyword dict is built per call)."""
         assert self.ident is not None
-        if not _RECORD_OPTIONAL.issuperset(kw):
-            raise TypeError(f"not audit columns: {sorted(set(kw) - _RECORD_OPTIONAL)}")
         t = self.target
         inp = self.inp
         tool = t.tool if t else None
-        get = kw.get
         # positional, in CallRecord's field order: built on every call, and keywords cost three times as much
         return CallRecord(
             inp.call_id, self.ident.org_id, self.ident.member_id, inp.surface, inp.method,
@@ -111,10 +107,10 @@ class CallState:
             evidence.redact_url(t.upstream_url, self.redactor if self.secret_values else evidence.NO_SECRETS)
             if t else None,
             tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
-            t.endpoint_id if t else None, get("refused_by"), get("error_code"), get("blame"),
-            t.credential_tier if t else None, self.cost_micro, self.hold_state, inp.tag, get("request_bytes"),
-            get("response_bytes"), int((time.monotonic() - self.started) * 1000), self.ttfb_ms,
-            get("error_request"), get("error_response"))
+            t.endpoint_id if t else None, refused_by, error_code, blame,
+            t.credential_tier if t else None, self.cost_micro, self.hold_state, inp.tag, request_bytes,
+            response_bytes, int((time.monotonic() - self.started) * 1000), self.ttfb_ms,
+            error_request, error_response)
 
     def request_evidence(self) -> dict[str, Any] | None:
         if self.prepared is not None:
@@ -382,19 +378,21 @@ def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,
             return
         finished = True
         resp.close()  # no-op after a full read (the body iterator released it); else drop the connection
-        kw: dict[str, Any] = {}
+        if error is None and err_head is None:  # the common case: a relayed answer, nothing to keep
+            _audit(svc, state.record(outcome="ok" if resp.status < 400 else "upstream_error", status=resp.status,
+                                     response_bytes=sent, request_bytes=state.inp.content_length))
+            return
         if error is not None:
             outcome = "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error"
         else:
             outcome = "ok" if resp.status < 400 else "upstream_error"
-        if err_head is not None or error is not None:
-            kw["error_request"] = state.request_evidence()
-            if err_head is not None:
-                kw["error_response"] = evidence.response_evidence(resp.status, resp.headers, err_head[0],
-                                                                  err_head[1], state.redactor)
-            if resp.status >= 400:
-                kw["blame"] = "upstream"
+        error_response = None
+        if err_head is not None:
+            error_response = evidence.response_evidence(resp.status, resp.headers, err_head[0], err_head[1],
+                                                        state.redactor)
         _audit(svc, state.record(outcome=outcome, status=resp.status, response_bytes=sent,
-                                 request_bytes=state.inp.content_length, **kw))
+                                 request_bytes=state.inp.content_length, error_request=state.request_evidence(),
+                                 error_response=error_response,
+                                 blame="upstream" if resp.status >= 400 else None))
 
     return finish
