@@ -165,9 +165,9 @@ async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallba
     rest = inp.rest
     if "\r" in rest or "\n" in rest or "\0" in rest:  # three scans in C, cheaper than the regex engine
         raise BadRequest("the call target contains control characters", code="invalid_target")
-    if not inp.rest:
+    if not rest:
         raise BadRequest("name a tool: /call/<tool>/<path> or /call/https://host/path", code="invalid_target")
-    shape, a, b = parse_rest(inp.rest)
+    shape, a, b = parse_rest(rest)
     all_tools = cached_org_tools(svc, ident.org_id) or await org_tools(svc, ident.org_id)
     if shape == "url":
         return inp, passthrough_target(ident, all_tools, a, b, inp.raw_query)
