@@ -78,12 +78,17 @@ def _console_root(handler):
     return restore
 
 
-async def test_direct_line_is_the_line_logging_writes():
+def _deferred_console():
+    """A deferred console handler (as under treg serve) as the only root handler: (stream, handler, restore)."""
     out = _Slow()
     h = logs.ConsoleHandler(out)
     h.setFormatter(logs.Formatter(logs.FORMAT))
     h.defer()
-    restore = _console_root(h)
+    return out, h, _console_root(h)
+
+
+async def test_direct_line_is_the_line_logging_writes():
+    out, h, restore = _deferred_console()
     try:
         access = logging.getLogger("aiohttp.access")
         direct = logs.direct_line(access, logging.INFO)
@@ -109,11 +114,7 @@ async def test_direct_line_is_the_line_logging_writes():
 
 
 async def test_direct_lines_are_formatted_with_their_batch_in_order_and_bounded():
-    out = _Slow()
-    h = logs.ConsoleHandler(out)
-    h.setFormatter(logs.Formatter(logs.FORMAT))
-    h.defer()
-    restore = _console_root(h)
+    out, h, restore = _deferred_console()
     try:
         access = logging.getLogger("aiohttp.access")
         direct = logs.direct_line(access, logging.INFO)
