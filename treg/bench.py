@@ -647,8 +647,10 @@ def database_pinned(dsn: str, cpus: set[int]) -> Iterator[None]:
     postmaster = before = None
     if backend is not None:
         with contextlib.suppress(OSError, ValueError, IndexError, PermissionError):
-            postmaster = _parent(backend)
-            before = os.sched_getaffinity(postmaster)
+            # a remote server's pid may name an unrelated process here: only a local postgres is ours
+            if "postgres" in Path(f"/proc/{backend}/cmdline").read_bytes().decode(errors="replace"):
+                postmaster = _parent(backend)
+                before = os.sched_getaffinity(postmaster)
     if postmaster is None or before is None:
         yield
         return
