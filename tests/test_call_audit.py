@@ -146,7 +146,8 @@ def test_record_fills_every_column_from_its_source():
     from treg.call.types import CallInput
 
     inp = CallInput(call_id="call_1", surface="call", method="POST", rest="t/x", raw_query="", headers=(),
-                    token="tok", org_hint=None, body=None, content_length=None, tag="tag-1")
+                    token="tok", org_hint=None, body=None, content_length=None, tag="tag-1",
+                    parent_call_id="call_0")
     state = CallState(inp)
     state.ident = SimpleNamespace(org_id="org_1", member_id="mem_1")
     state.target = SimpleNamespace(upstream_url="https://api.example/x?key=K", provider="api.example",
@@ -154,7 +155,8 @@ def test_record_fills_every_column_from_its_source():
                                    tool=SimpleNamespace(id="tool_1", name="t"))
     state.cost_micro, state.hold_state, state.ttfb_ms = 7, "settled", 3
     rec = state.record(outcome="upstream_error", status=418, refused_by="deny", error_code="e", blame="upstream",
-                       request_bytes=11, response_bytes=22, error_request={"a": 1}, error_response={"b": 2})
+                       request_bytes=11, response_bytes=22, error_request={"a": 1}, error_response={"b": 2},
+                       failure_kind="fk")
     got = rec._asdict()
     assert got.pop("duration_ms") >= 0
     assert got == {"id": "call_1", "org_id": "org_1", "member_id": "mem_1", "surface": "call", "method": "POST",
@@ -163,6 +165,7 @@ def test_record_fills_every_column_from_its_source():
                    "provider": "api.example", "endpoint_id": "ep_1", "refused_by": "deny", "error_code": "e",
                    "blame": "upstream", "credential_tier": "tool", "cost_micro": 7, "hold_state": "settled",
                    "tag": "tag-1", "request_bytes": 11, "response_bytes": 22, "ttfb_ms": 3,
-                   "error_request": {"a": 1}, "error_response": {"b": 2}}
+                   "error_request": {"a": 1}, "error_response": {"b": 2}, "failure_kind": "fk",
+                   "parent_call_id": "call_0"}
     with pytest.raises(TypeError):
         state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused

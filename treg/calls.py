@@ -18,7 +18,8 @@ LIST_COLUMNS = (calls.c.id.label("call_id"), calls.c.created_at, calls.c.method,
 DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.upstream_url, calls.c.tool_id,
                                  calls.c.tool_name, calls.c.provider, calls.c.endpoint_id, calls.c.error_code,
                                  calls.c.blame, calls.c.hold_state, calls.c.tag, calls.c.request_bytes,
-                                 calls.c.response_bytes, calls.c.ttfb_ms)
+                                 calls.c.response_bytes, calls.c.ttfb_ms, calls.c.failure_kind,
+                                 calls.c.parent_call_id)
 MAX_LIMIT = 500
 
 

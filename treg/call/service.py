@@ -93,7 +93,7 @@ class CallState:
     def record(self, *, outcome: str, status: int | None, refused_by: str | None = None,
                error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
                response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
-               error_response: dict[str, Any] | None = None) -> CallRecord:
+               error_response: dict[str, Any] | None = None, failure_kind: str | None = None) -> CallRecord:
         """The audit row, with the optional columns a stage knows (named parameters: a misspelt column
         is a TypeError, and no keyword dict is built per call)."""
         assert self.ident is not None
@@ -110,7 +110,7 @@ class CallState:
             t.endpoint_id if t else None, refused_by, error_code, blame,
             t.credential_tier if t else None, self.cost_micro, self.hold_state, inp.tag, request_bytes,
             response_bytes, int((time.monotonic() - self.started) * 1000), self.ttfb_ms,
-            error_request, error_response)
+            error_request, error_response, failure_kind, inp.parent_call_id)
 
     def request_evidence(self) -> dict[str, Any] | None:
         if self.prepared is not None:

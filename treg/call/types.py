@@ -40,6 +40,8 @@ class CallInput:
     tag: str | None = None
     idempotency_key: str | None = None
     user_agent: str | None = None
+    #: the call this one continues (a followed redirect, a routed endpoint's child), for its audit row
+    parent_call_id: str | None = None
 
     def header(self, name: str) -> str | None:
         lname = name.lower()
@@ -137,3 +139,5 @@ class CallRecord(NamedTuple):
     ttfb_ms: int | None = None
     error_request: dict[str, Any] | None = None
     error_response: dict[str, Any] | None = None
+    failure_kind: str | None = None
+    parent_call_id: str | None = None

@@ -139,6 +139,10 @@ calls = Table(
     Column("ttfb_ms", Integer, nullable=True),
     Column("error_request", JSONB, nullable=True),
     Column("error_response", JSONB, nullable=True),
+    # why treg itself failed when no error code says it (unexpected_exception, db_pool: the seed's exits)
+    Column("failure_kind", String(32), nullable=True),
+    # the call this one continues (a followed redirect, a routed endpoint's child)
+    Column("parent_call_id", String(40), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
 )
