@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money, tenancy
-from treg.call import catalog_stage, evidence, headers as hdr, metered
+from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
@@ -286,11 +286,13 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             spooled = await metered.spool_answer(resp, budget)
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
-                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)))
+                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)),
+                encodings.codings(resp.headers))
             data = b""
         else:
             data = await metered.buffer_answer(resp)
-            answer = _json_or_none(data) if ok else None
+            # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
+            answer = await metered.answer_evidence(data, resp.headers) if ok else None
         if state.claim is not None:
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again
@@ -334,13 +336,6 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body(),
                        close=(spooled.close if spooled is not None else (lambda: None)), finish=finish,
                        content_length=length, has_content_type="content-type" in names, has_server="server" in names)
-
-
-def _json_or_none(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
