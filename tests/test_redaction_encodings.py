@@ -11,6 +11,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from treg.call.evidence import Redactor
+from treg.testing import http_response
 
 # characters that every encoder treats differently: / + space = & quotes, backslash, non-ASCII
 SECRET = 'sk/Live+ab cd=ef&gh"ij\'kl\\mn\u00e9\u00df\U0001F511op'
@@ -96,3 +97,28 @@ async def test_echoed_secret_is_in_no_form_in_stored_evidence(gateway, up, statu
     raw = json.dumps(detail)
     for name, form in all_forms.items():
         assert form not in raw, name
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_secret_echoed_inside_a_compressed_failed_answer_is_masked(gateway, up, coding):
+    import gzip
+    import zlib
+
+    sid = await gateway.secret(SECRET, name="k")
+    await gateway.tool("echo", up.url + "/v1", [{"location": "query", "name": "x", "secret_id": sid}])
+    plain = json.dumps({"error": "bad key", "echo": forms(SECRET)}, ensure_ascii=False).encode()
+    packed = gzip.compress(plain) if coding == "gzip" else zlib.compress(plain)
+    up.responder = lambda ex: http_response(403, packed, [("Content-Type", "application/json"),
+                                                          ("Content-Encoding", coding)], reason="Forbidden")
+    r = await gateway.raw("GET", "/call/echo/x", [("Accept-Encoding", coding)])
+    assert r.status == 403 and r.body == packed  # relayed as sent
+    for _ in range(200):
+        detail = await gateway.api("GET", f"/api/v1/calls/{r.header('X-Treg-Call-Id')}")
+        if isinstance(detail, dict) and detail.get("error_response"):
+            break
+        await asyncio.sleep(0.02)
+    body = detail["error_response"]["body"]
+    assert isinstance(body, str) and body.startswith('{"error": "bad key"') and "[REDACTED]" in body
+    assert detail["error_response"]["body_truncated"] is False
+    for name, form in forms(SECRET).items():
+        assert form not in body, name

@@ -122,3 +122,18 @@ def decode(data: bytes, applied: list[str], limit: int) -> bytes | None:
             return None
         data = out
     return data
+
+
+def decode_head(head: bytes, applied: list[str], limit: int) -> tuple[bytes, bool] | None:
+    """The decoded start of an answer of which only ``head`` was read (failed-call evidence): at most
+    ``limit`` bytes and whether that is the whole body. gzip and deflate only, one coding; else None."""
+    if len(applied) != 1 or applied[0] not in ("gzip", "x-gzip", "deflate"):
+        return None
+    for wbits in ((31,) if applied[0] != "deflate" else (15, -15)):
+        d = zlib.decompressobj(wbits=wbits)
+        try:
+            out = d.decompress(head, limit)
+        except zlib.error:
+            continue
+        return out, d.eof and not d.unconsumed_tail
+    return None

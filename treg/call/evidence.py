@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable, Sequence
 from urllib.parse import unquote_plus
 
+from treg.call import encodings
+
 MASK = "[REDACTED]"
 REQUEST_BODY_MAX = 64 * 1024  # a declared-length caller body up to this is kept
 RESPONSE_HEAD_MAX = 8 * 1024  # the head of a failed response that is peeked and replayed
@@ -188,6 +190,15 @@ def request_evidence(method: str, url: str, headers: Sequence[tuple[str, str]], 
 
 def response_evidence(status: int, headers: Sequence[tuple[str, str]], head: bytes | None, truncated: bool,
                       r: Redactor) -> dict[str, Any]:
+    """A compressed head is kept decoded (an echoed key inside gzip is no less readable, and redaction
+    can only see it decoded); one treg cannot decode is not kept at all."""
+    applied = encodings.codings(headers)
+    if applied and head:
+        decoded = encodings.decode_head(head, applied, RESPONSE_HEAD_MAX)
+        if decoded is None:
+            return {"status": status, "headers": redact_headers(headers, r), "body": None, "body_truncated": True}
+        head, complete = decoded
+        truncated = truncated or not complete
     text, cut = body_evidence(head, r, RESPONSE_HEAD_MAX)
     return {"status": status, "headers": redact_headers(headers, r), "body": text,
             "body_truncated": truncated or cut}
