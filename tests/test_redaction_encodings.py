@@ -122,3 +122,44 @@ async def test_secret_echoed_inside_a_compressed_failed_answer_is_masked(gateway
     assert detail["error_response"]["body_truncated"] is False
     for name, form in forms(SECRET).items():
         assert form not in body, name
+
+
+async def test_platform_key_echoed_in_its_forms_is_masked_and_its_redactor_memoized(aiohttp_client, make_app):
+    from treg import tenancy
+    from treg.keys import SERVICES
+    from treg.settings import SecretStr
+    from treg.testing import Gateway, ProviderPlugin, example_provider, raw_upstream
+
+    key = "pk/plat+form key=é"
+    echo = "\n".join(forms(key).values()).encode()
+    async with raw_upstream(lambda ex: http_response(401, echo, [("Content-Type", "text/plain; charset=utf-8")])) as up:
+        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
+                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr(key)})
+        client = await aiohttp_client(app)
+        org = await tenancy.create_org(client.app[SERVICES], slug="p", email="p@p.test")
+        gw = Gateway(client, org)
+        await money_grant(gw)
+        ids = []
+        for _ in range(2):
+            r = await gw.call("GET", "/catalog/call/acme.items.get?item_id=1")
+            assert r.status == 401 and r.headers["X-Treg-Credential-Tier"] == "platform"
+            ids.append(r.headers["X-Treg-Call-Id"])
+        memo = gw.services.extras["platform_redactors"]
+        for call_id in ids:
+            for _ in range(200):
+                detail = await gw.api("GET", f"/api/v1/calls/{call_id}")
+                if isinstance(detail, dict) and detail.get("error_response"):
+                    break
+                await asyncio.sleep(0.02)
+            text = json.dumps(detail, ensure_ascii=False)
+            for name, form in forms(key).items():
+                assert form not in "\n".join(_strings(detail)), name
+            assert "[REDACTED]" in text
+        assert len(memo._redactors) == 1  # built once for both calls
+        await client.close()
+
+
+async def money_grant(gw):
+    from treg import money
+
+    await money.grant(gw.services, org_id=gw.org["org_id"], amount_micro=100_000, actor="t")

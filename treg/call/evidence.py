@@ -90,7 +90,7 @@ class Redactor:
     Fixed-text forms (raw, base64, hex) are plain substring replacements; the per-character forms
     (percent and JSON escapes, in any mix) are one pattern per value, compiled on first need: every
     call with an injected value masks its own path with this redactor, and text without ``%``, ``\\``
-    or ``+`` cannot hold an escaped form, so a successful call never compiles or runs a pattern."""
+    or ``+`` cannot hold an escaped form, so most successful calls never compile or run a pattern."""
 
     values: tuple[str, ...] = ()
     _variants: tuple[str, ...] = field(default=(), repr=False)
