@@ -147,3 +147,22 @@ def test_decoders_are_bounded_and_refuse_what_they_cannot_read():
     # codings applied in order are undone in reverse
     assert encodings.decode(zlib.compress(gzip.compress(data)), ["gzip", "deflate"], 10 ** 6) == data
     assert encodings.codings([("Content-Encoding", "gzip, identity"), ("X", "y")]) == ["gzip"]
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+async def test_optional_codings_settle_from_usage_when_their_library_is_installed(vendor, closes, coding):
+    if coding == "br":
+        lib = pytest.importorskip("brotli")
+        pack = lib.compress
+    else:
+        lib = pytest.importorskip("zstandard")
+        pack = lib.ZstdCompressor().compress
+    gw, up, answers = vendor
+    plain = json.dumps({"usage": {"total_tokens": TOKENS}}).encode()
+    packed = pack(plain)
+    answers["reply"] = http_response(200, packed, [("Content-Encoding", coding)])
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Accept-Encoding", coding)], b"{}")
+    assert r.status == 200 and r.body == packed and r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+    bomb = pack(b"\0" * (64 * 1024 * 1024))
+    assert encodings.decode(bomb, [coding], 1024 * 1024) is None  # bounded by the decoded size

@@ -75,7 +75,7 @@ def _br(data: bytes, limit: int) -> bytes | None:
             parts.append(chunk)
         if not d.is_finished():
             return None
-    except _brotli.error:
+    except Exception:  # noqa: BLE001 (brotli.error, brotlicffi.error: both mean "not readable")
         return None
     return b"".join(parts)
 
