@@ -78,6 +78,9 @@ async def world(gateway, fake_dns):
                 return _redirect(307, f"{far}/v1/chat/completions")
             if t.startswith("/v1/messages"):
                 return _redirect(307, f"{far}/v1/messages")
+            if t.startswith("/odd"):
+                return http_response(302, b"", [("Location", "http://[::1/broken"), ("Location", "myapp://done"),
+                                                ("Content-Location", "")])
             if t.startswith("/created"):
                 return http_response(201, b"{}", [("Location", "/target/42"),
                                                   ("Content-Location", f"{far}/landing")])
@@ -279,3 +282,13 @@ async def test_a_key_echoed_into_location_is_masked_and_never_forwarded(world):
     assert hop.headers["X-Treg-Upstream-Location"].endswith("k=[REDACTED]")
     assert r.status_code == 200
     _assert_clean(third, gateway)
+
+
+async def test_locations_nobody_could_fetch_are_relayed_as_they_were(world):
+    gateway, vendor, _ = world
+    r = await gateway.call("GET", "/call/llm/odd", allow_redirects=False)
+    assert r.status == 302  # never a 500
+    assert r.headers.getall("Location") == ["http://[::1/broken", "myapp://done"]
+    # an empty Content-Location is the request's own URL: inside the tool, so a /call URL
+    assert r.headers["Content-Location"] == "/call/llm/odd"
+    assert r.headers.getall("X-Treg-Upstream-Location") == ["http://[::1/broken", "myapp://done"]

@@ -118,7 +118,7 @@ def redirect_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[Cal
     inp = replace(inp, rest=url, raw_query=query, parent_call_id=grant.parent_call_id,
                   headers=tuple((k, v) for k, v in inp.headers if k.lower() not in CALLER_CREDENTIALS))
     return inp, ResolvedTarget(upstream_url=url, query=tuple(split_query(query)), tool=None, bindings=(),
-                               provider=(urlsplit(url).hostname or "").lower() or None)
+                               provider=urlsplit(url).hostname)
 
 
 def _within_tool(tool: ToolRef, url: str) -> str | None:
@@ -148,10 +148,13 @@ def _within_tool(tool: ToolRef, url: str) -> str | None:
 def treg_location(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget, value: str,
                   mask: Callable[[str], str], ttl_s: int) -> str:
     """The treg URL a relayed ``Location``/``Content-Location`` value becomes."""
-    # relative to what the caller asked for (never the sent URL: it may carry an injected key)
-    absolute = mask(urljoin(target.full_url, value.strip()))
-    url, hash_, fragment = absolute.partition("#")
-    parts = urlsplit(url)
+    try:
+        # relative to what the caller asked for (never the sent URL: it may carry an injected key)
+        absolute = mask(urljoin(target.full_url, value.strip()))
+        url, hash_, fragment = absolute.partition("#")
+        parts = urlsplit(url)
+    except ValueError:  # a broken IPv6 literal: no client can follow it either
+        return mask(value)
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         return mask(value)  # nothing treg (or an HTTP client) could fetch: no credential can follow it
     if target.tool is not None and inp.surface != "redirect":
