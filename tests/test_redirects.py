@@ -292,3 +292,32 @@ async def test_locations_nobody_could_fetch_are_relayed_as_they_were(world):
     # an empty Content-Location is the request's own URL: inside the tool, so a /call URL
     assert r.headers["Content-Location"] == "/call/llm/odd"
     assert r.headers.getall("X-Treg-Upstream-Location") == ["http://[::1/broken", "myapp://done"]
+
+
+async def test_a_billed_catalog_answer_redirects_without_the_platform_key(aiohttp_client, make_app):
+    from treg import money
+    from treg.keys import SERVICES
+    from treg.settings import SecretStr
+    from treg.testing import Gateway, ProviderPlugin, example_provider
+
+    def answer(ex: Exchange) -> bytes:
+        if ex.target.startswith("/v1/items/7"):
+            return _redirect(302, "/v1/items/8")  # the provider's own host: still no key may follow
+        return _json(200, {"at": ex.target})
+
+    async with raw_upstream(answer) as up:
+        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
+                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("platform-key-123")})
+        client = await aiohttp_client(app)
+        org = await tenancy.create_org(client.app[SERVICES], slug="acme-org", email="o@acme.test")
+        gw = Gateway(client, org)
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=10_000, actor="test")
+        r = await gw.call("GET", "/catalog/call/acme.items.get?item_id=7", allow_redirects=False)
+        assert r.status == 302 and r.headers["X-Treg-Cost-Micro"] == "0"  # not a 2xx: released
+        assert r.headers["Location"].startswith("/redirect/") and r.headers["X-Treg-Upstream-Location"] == "/v1/items/8"
+        assert up.last.header("authorization") == "Bearer platform-key-123"
+        r = await gw.call("GET", r.headers["Location"], allow_redirects=False)
+        assert r.status == 200 and (await r.json()) == {"at": "/v1/items/8"}
+        assert up.last.header("authorization") is None and "X-Treg-Cost-Micro" not in r.headers
+        assert not [k for k, _ in up.last.headers if k.lower().startswith("x-treg")]
+        await client.close()

@@ -281,10 +281,10 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     ok = 200 <= resp.status < 300
     # the upstream's headers the caller gets; the length is set below from what was actually read
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
-    if "location" in resp.index or "content-location" in resp.index:
-        relayed = _treg_locations(svc, state, relayed)
     spooled: metered.Spooled | None = None
     try:
+        if "location" in resp.index or "content-location" in resp.index:
+            relayed = _treg_locations(svc, state, relayed)
         if ok and target.catalog.spooled_response:
             budget = svc.extras.setdefault("spool_budget", metered.SpoolBudget())
             spooled = await metered.spool_answer(resp, budget)
