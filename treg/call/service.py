@@ -238,7 +238,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         else:
             inp, target = await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)
         state.inp, state.target = inp, target
-        await authorize(svc, ident, inp.method, target)
+        await authorize(svc, ident, inp.method, target, inp.headers)
         if target.billed:  # reserve stage: the platform tier only
             replay = await _reserve(svc, state)
             if replay is not None:
