@@ -35,6 +35,7 @@ def test_every_package_of_the_three_folders_ships(monkeypatch):
     packages = set(shipped_packages(monkeypatch))
     for name, folder in FOLDERS.items():
         assert on_disk(name, folder) <= packages, name
+    assert "treg.testing" in packages  # plugin authors import it from an installed treg
 
 
 def test_the_benchmark_and_the_tests_do_not_ship(monkeypatch):
