@@ -6,11 +6,14 @@ import asyncio
 import signal
 from typing import Any, AsyncIterator
 
+from treg.http_grammar import PER_HOP
+
 SMALL_BODY = b'{"id":"obj_123","object":"thing","ok":true,"items":[1,2,3]}'
 STREAM_CHUNK = 256 * 1024
 MiB = 1024 * 1024
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-                        "trailer", "trailers", "transfer-encoding", "upgrade", "host"})
+#: dropped both ways by the bare relay, as treg drops them; Content-Length is carried on a request and
+#: set again on an answer (below)
+HOP_BY_HOP = PER_HOP - {"content-length"}
 TARGETS = ("direct", "baseline", "treg")
 
 
