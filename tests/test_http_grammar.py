@@ -23,7 +23,7 @@ def test_token_is_one_or_more_tchar_and_nothing_else():
         ch = chr(code)
         assert bool(http_grammar.TOKEN.match(ch)) == (ch in TCHAR), repr(ch)
     assert http_grammar.TOKEN.match("X-Api-Key") and not http_grammar.TOKEN.match("")
-    for bad in ("X Key", "X:Key", "X-Key\r\nInjected: 1", "Ключ"):
+    for bad in ("X Key", "X:Key", "X-Key\r\nInjected: 1", "Ключ", "X-Key\n"):
         assert not http_grammar.TOKEN.match(bad), bad
 
 
@@ -53,3 +53,18 @@ def test_no_other_copy_in_the_source(literal: str):
               for f in (CHECKOUT / folder).rglob("*.py")
               if f.name != "http_grammar.py" and literal in f.read_text()]
     assert copies == [], f"{literal} is copied in {copies}: import it from treg/http_grammar.py"
+
+
+@pytest.mark.parametrize("name", ["X-Key\n", "X Key", "X-Key\r\nX-Injected: 1"])
+async def test_a_binding_header_name_that_is_no_token_is_refused(gateway, up, name: str):
+    # "X-Key\n" passed the old pattern (``$`` matches before a final newline): the tool was stored and
+    # every call through it failed with a 502 blamed on the upstream, aiohttp refusing to write it
+    sid = await gateway.secret("sk_live_grammar")
+    resp = await gateway.client.post("/api/v1/tools", headers=gateway.owner, json={
+        "name": "t", "base_url": up.url,
+        "bindings": [{"location": "header", "name": name, "format": "{secret}", "secret_id": sid}]})
+    assert 400 <= resp.status < 500 and resp.headers.get("X-Treg-Error") == "1", await resp.text()
+    body = await resp.json()
+    assert body["blame"] == "caller" and {"error", "detail", "blame"} <= set(body)
+    assert "sk_live_grammar" not in await resp.text()
+    assert (await gateway.call("GET", "/call/t/x")).status == 404 and up.exchanges == []
