@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+
 def db_scalar(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> int | None:
     """One integer from treg's database on a short connection of its own; None when it cannot be read."""
     import psycopg2

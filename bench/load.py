@@ -7,6 +7,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+
 class Budget:
     """Hands out request slots until the count or the time cap is exhausted (every loop stops)."""
 
@@ -130,4 +131,3 @@ def pct(sorted_values: list[float], p: float) -> float:
         return 0.0
     k = max(0, min(len(sorted_values) - 1, math.ceil(p / 100 * len(sorted_values)) - 1))
     return sorted_values[k]
-

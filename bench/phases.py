@@ -13,6 +13,7 @@ from bench.database import db_xacts
 from bench.load import Budget, Sample, aiohttp_load, pct, raw_load
 from bench.procs import machine_ticks, proc_cpu_s, proc_cpu_split
 
+
 @dataclass
 class Target:
     name: str
@@ -109,4 +110,3 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
         if xacts1 is not None:
             into.db_xacts += xacts1 - xacts0 - 1  # minus the probe's own
     return sent
-

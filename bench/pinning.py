@@ -9,6 +9,7 @@ from typing import Iterator
 
 from bench.database import BenchDatabase
 
+
 def cpu_plan(mode: str) -> tuple[set[int], set[int]] | None:
     """``--pin auto``: with two CPUs or more, (the relay's CPU, every other CPU); else None (no pinning)."""
     if mode == "off" or not hasattr(os, "sched_setaffinity"):
@@ -65,4 +66,3 @@ def database_pinned(db: BenchDatabase, cpus: set[int]) -> Iterator[None]:
         with contextlib.suppress(OSError):
             for pid in _postmaster_family(postmaster):
                 pin(pid, before)
-

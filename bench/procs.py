@@ -131,4 +131,3 @@ async def start_treg(env: dict[str, str], log_path: Path, wrapper: str | None = 
     await server.stop()
     tail = log_path.read_text(errors="replace")[-3000:] if log_path.exists() else ""
     raise RuntimeError(f"treg serve did not become healthy (exit {proc.returncode}); log tail:\n{tail}")
-

@@ -22,7 +22,8 @@ from bench.procs import Server, free_port, machine_ticks, proc_mem_kib, run_cli,
 from bench.servers import MiB, TARGETS, serve
 from bench.through_treg import setup_treg_data, stream_through
 
-DESCRIPTION = "The relay benchmark: direct, a bare aiohttp relay and treg, on one upstream (docs/performance.md)."
+DESCRIPTION = "The relay benchmark: direct, a bare aiohttp relay and treg on one upstream."
+
 
 def machine_text() -> str:
     import aiohttp
@@ -241,4 +242,3 @@ def main(argv: list[str] | None = None) -> int:
         print(render(result))
     print(json.dumps(result, separators=(",", ":")))
     return 0
-

@@ -113,4 +113,3 @@ async def serve(kind: str, upstream: str | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await runner.cleanup()
-

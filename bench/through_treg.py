@@ -9,6 +9,7 @@ from typing import Any, AsyncIterator
 
 from bench.servers import MiB, STREAM_CHUNK
 
+
 async def stream_through(port: int, token: str, total: int, timeout: float) -> dict[str, Any]:
     """512 MiB (or ``total``) up and down through treg; returns seconds and byte counts."""
     import aiohttp
@@ -67,4 +68,3 @@ async def setup_treg_data(port: int, token: str, upstream_url: str) -> None:
         async with s.post(f"http://127.0.0.1:{port}/api/v1/tools", headers=h, json=tool) as r:
             if r.status != 201:
                 raise RuntimeError(f"creating the tool failed: {r.status} {await r.text()}")
-

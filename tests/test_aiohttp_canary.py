@@ -39,13 +39,20 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 VERIFIED_MINOR = (3, 14)
 
 
-def moved(what: str, where: str) -> str:
-    return (f"aiohttp {aiohttp.__version__}: {what} moved. treg relies on it in {where}: re-verify that code "
-            f"against this aiohttp's source (see this file's docstring), then update the canary and the pin")
+def check(ok: object, what: str, where: str) -> None:
+    """Fail naming the aiohttp internal that moved and the treg code to re-verify against it."""
+    assert ok, (f"aiohttp {aiohttp.__version__}: {what} moved. treg relies on it in {where}: re-verify that "
+                f"code against this aiohttp's source (see this file's docstring), then update the canary "
+                f"and the pin")
 
 
 def params(fn) -> list[tuple[str, object]]:
     return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+EMPTY = inspect.Parameter.empty
+UPSTREAM = "treg/infra/upstream.py FaithfulRequest"
+RELAY = "treg/web/call.py RelayResponse"
 
 
 def test_the_pin_is_the_verified_minor_and_installed():
@@ -54,34 +61,34 @@ def test_the_pin_is_the_verified_minor_and_installed():
     major, minor = VERIFIED_MINOR
     assert pin.replace(" ", "") == f"aiohttp>={major}.{minor},<{major}.{minor + 1}", pin
     installed = tuple(int(x) for x in aiohttp.__version__.split(".")[:2])
-    assert installed == VERIFIED_MINOR, moved(f"the installed version (verified: {major}.{minor})", "everything below")
+    check(installed == VERIFIED_MINOR, f"the installed version (verified: {major}.{minor})",
+          "everything below")
 
 
 def test_client_request_update_headers():
-    where = "treg/infra/upstream.py FaithfulRequest.update_headers"
-    assert params(ClientRequest.update_headers) == [("self", inspect.Parameter.empty),
-                                                     ("headers", inspect.Parameter.empty)], moved(
-        "ClientRequest.update_headers(self, headers)", where)
+    check(params(ClientRequest.update_headers) == [("self", EMPTY), ("headers", EMPTY)],
+          "ClientRequest.update_headers(self, headers)", UPSTREAM)
     req = ClientRequest("GET", URL("http://upstream.test:8080/x"))
     req.update_headers(None)
-    assert isinstance(req.headers, CIMultiDict) and list(req.headers.items()) == [("Host", "upstream.test:8080")], \
-        moved("update_headers(None) setting only the URL's Host on self.headers", where)
+    only_host = list(req.headers.items()) == [("Host", "upstream.test:8080")]
+    check(isinstance(req.headers, CIMultiDict) and only_host,
+          "update_headers(None) setting only the URL's Host on self.headers", UPSTREAM)
 
 
 def test_client_request_update_body_from_data():
-    where = "treg/infra/upstream.py FaithfulRequest.update_body_from_data"
-    assert params(ClientRequest.update_body_from_data) == [
-        ("self", inspect.Parameter.empty), ("body", inspect.Parameter.empty), ("_stacklevel", 3)], moved(
-        "ClientRequest.update_body_from_data(self, body, _stacklevel=3)", where)
+    expected = [("self", EMPTY), ("body", EMPTY), ("_stacklevel", 3)]
+    check(params(ClientRequest.update_body_from_data) == expected,
+          "ClientRequest.update_body_from_data(self, body, _stacklevel=3)", UPSTREAM)
     source = inspect.getsource(ClientRequest.update_body_from_data)
-    assert "self._body = None" in source and '"0"' in source, moved(
-        "the bodyless branch (self._body = None, then Content-Length: 0) of update_body_from_data", where)
+    check("self._body = None" in source and '"0"' in source,
+          "the bodyless branch of update_body_from_data (self._body = None, then Content-Length: 0)",
+          UPSTREAM)
     init = inspect.getsource(ClientRequest.__init__)
     heads, body = init.find("self.update_headers(headers)"), init.find("self.update_body_from_data(data)")
-    assert 0 <= heads < body, moved("ClientRequest.__init__ calling update_headers, then update_body_from_data",
-                                    where)
-    assert "request_class" in inspect.signature(aiohttp.ClientSession.__init__).parameters, moved(
-        "ClientSession(request_class=...)", "treg/infra/upstream.py create_session")
+    check(0 <= heads < body, "ClientRequest.__init__ calling update_headers, then update_body_from_data",
+          UPSTREAM)
+    check("request_class" in inspect.signature(aiohttp.ClientSession.__init__).parameters,
+          "ClientSession(request_class=...)", "treg/infra/upstream.py create_session")
 
 
 def test_faithful_request_overrides_what_it_means_to():
@@ -91,35 +98,34 @@ def test_faithful_request_overrides_what_it_means_to():
 
 
 def test_stream_response_prepare_headers():
-    where = "treg/web/call.py RelayResponse._prepare_headers"
     hook = getattr(web.StreamResponse, "_prepare_headers", None)
-    assert hook is not None and inspect.iscoroutinefunction(hook), moved("async StreamResponse._prepare_headers",
-                                                                         where)
-    assert params(hook) == [("self", inspect.Parameter.empty)], moved("StreamResponse._prepare_headers(self)", where)
+    check(hook is not None and inspect.iscoroutinefunction(hook), "async StreamResponse._prepare_headers",
+          RELAY)
+    check(params(hook) == [("self", EMPTY)], "StreamResponse._prepare_headers(self)", RELAY)
     source = inspect.getsource(web_response.StreamResponse)
-    assert "await self._prepare_headers()" in source, moved("StreamResponse calling _prepare_headers on prepare",
-                                                            where)
+    check("await self._prepare_headers()" in source, "StreamResponse calling _prepare_headers on prepare",
+          RELAY)
     resp = web.StreamResponse()
-    assert isinstance(resp._headers, CIMultiDict) and resp.headers is resp._headers, moved(
-        "StreamResponse._headers (the object headers returns)", where)
+    check(isinstance(resp._headers, CIMultiDict) and resp.headers is resp._headers,
+          "StreamResponse._headers (the object headers returns)", RELAY)
     assert "_prepare_headers" in RelayResponse.__dict__
 
 
 def test_stream_response_send_headers_immediately():
-    where = "treg/web/call.py RelayResponse.__init__ (headers sent with a small body)"
-    assert web.StreamResponse._send_headers_immediately is True, moved("StreamResponse._send_headers_immediately",
-                                                                       where)
-    source = inspect.getsource(web_response.StreamResponse)
+    where = f"{RELAY}.__init__ (a small answer's headers sent with its body)"
+    check(web.StreamResponse._send_headers_immediately is True, "StreamResponse._send_headers_immediately",
+          where)
     # the class default, and at least one place that reads it
-    assert source.count("_send_headers_immediately") >= 2, moved("StreamResponse reading _send_headers_immediately",
-                                                                 where)
+    source = inspect.getsource(web_response.StreamResponse)
+    check(source.count("_send_headers_immediately") >= 2, "StreamResponse reading _send_headers_immediately",
+          where)
 
 
 def test_http_processing_error_import():
     from aiohttp.http_exceptions import HttpProcessingError
 
-    assert issubclass(HttpProcessingError, Exception), moved("aiohttp.http_exceptions.HttpProcessingError",
-                                                             "treg/web/call.py _BODY_BROKEN")
+    check(issubclass(HttpProcessingError, Exception), "aiohttp.http_exceptions.HttpProcessingError",
+          "treg/web/call.py _BODY_BROKEN")
 
 
 @pytest.mark.parametrize("method, expected", [
@@ -127,10 +133,10 @@ def test_http_processing_error_import():
     ("log", ["self", "request", "response", "time"]),
 ])
 def test_access_logger(method: str, expected: list[str]):
-    assert [n for n, _ in params(getattr(AbstractAccessLogger, method))] == expected, moved(
-        f"AbstractAccessLogger.{method}", "treg/app.py AccessLogger")
+    check([n for n, _ in params(getattr(AbstractAccessLogger, method))] == expected,
+          f"AbstractAccessLogger.{method}", "treg/app.py AccessLogger")
 
 
 def test_server_takes_handler_cancellation():
-    assert "handler_cancellation" in inspect.signature(web.Server.__init__).parameters, moved(
-        "web.Server(handler_cancellation=...)", "treg/app.py make_runner")
+    check("handler_cancellation" in inspect.signature(web.Server.__init__).parameters,
+          "web.Server(handler_cancellation=...)", "treg/app.py make_runner")

@@ -1,4 +1,4 @@
-"""Every module of treg imports on its own, as the first of treg's (aiohttp's tests/test_circular_imports.py).
+"""Every module of treg imports on its own, first of treg's (as aiohttp's tests/test_circular_imports.py).
 
 Inside one test session modules are imported in whatever order the tests happen to need them, so a
 cycle that only works when one side is imported first (a function-level import papering over it, a
@@ -41,14 +41,15 @@ def modules() -> list[str]:
 
 def harness(request: dict[str, Any], tmp: Path) -> Any:
     # -I: no cwd, no PYTHON* variables, no script folder: modules are found only as installed
-    done = subprocess.run([sys.executable, "-I", str(HARNESS)], input=json.dumps(request), capture_output=True,
-                          text=True, timeout=300, cwd=tmp,
+    done = subprocess.run([sys.executable, "-I", str(HARNESS)], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=300, cwd=tmp,
                           env={k: v for k, v in os.environ.items() if not k.startswith("TREG_")})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
-def first_imports(names: list[str], tmp: Path, ours: list[str] = OURS, path: list[str] = ()) -> dict[str, Any]:
+def first_imports(names: list[str], tmp: Path, ours: list[str] = OURS,
+                  path: tuple[str, ...] = ()) -> dict[str, Any]:
     common = {"ours": ours, "path": list(path)}
     deps = harness({**common, "mode": "deps", "modules": names}, tmp)
     return harness({**common, "mode": "check", "modules": names, "preload": deps}, tmp)
