@@ -6,15 +6,12 @@ plugin may override one by registering an injector for the same location.
 
 from __future__ import annotations
 
-import re
 from urllib.parse import quote, unquote_plus
 
 from treg import hookimpl
 from treg.bindings import Binding, OutgoingRequest
-
-# RFC 7230 token: what a header field name may be. Anything else could smuggle a second header.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_CTL = re.compile(r"[\x00-\x1f\x7f]")
+# a header name must be a token (anything else could smuggle a second header), a value free of CTLs
+from treg.http_grammar import CTL as _CTL, TOKEN as _TOKEN
 
 
 class HeaderInjector:

@@ -7,17 +7,21 @@ answered, the streamed bytes arrived whole and the audit recorded each call treg
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 TARGETS = {"direct", "baseline", "treg"}
+CHECKOUT = Path(__file__).resolve().parent.parent  # bench/ is not installed: run it from here
 
 
 def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
-    args = [sys.executable, "-m", "treg.bench", "--dsn", dsn, "--requests", "50", "--requests-c1", "50",
+    args = [sys.executable, "-m", "bench", "--dsn", dsn, "--requests", "50", "--requests-c1", "50",
             "--warmup", "5", "--concurrency", "1,4", "--rounds", "1", "--time-cap", "60",
             "--stream-mib", "2", "--stream-timeout", "120", "--quiet"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1])  # the figures as one JSON object, last
@@ -36,8 +40,11 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     assert stream["upload_received"] == stream["download_received"] == 2 * 1024 * 1024
     assert stream["rss_kib_before"]["VmHWM"] > 0 and stream["rss_kib_after"]["VmHWM"] > 0
 
-    # with two CPUs or more, each relay ran alone on one (the report says where everything ran)
-    assert result["pinning"] == "off" or result["pinning"].startswith("relay under test on CPU")
+    # with two CPUs or more, each relay ran alone on one (the report says where everything ran); the
+    # session's PostgreSQL was given with --dsn, so the run left it where it was (tests/test_bench_pinning.py)
+    assert result["pinning"] == "off" or (result["pinning"].startswith("relay under test on CPU")
+                                          and result["pinning"].endswith("PostgreSQL not moved (a server given "
+                                                                         "to the run may be shared)"))
 
     # auditing was on: a clean shutdown wrote one row per call treg relayed (warm-ups included)
     assert result["audit"]["calls_recorded"] == result["audit"]["calls_sent_to_treg"] > 0

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "te", "trailers", "trailer",
-                        "transfer-encoding", "upgrade", "proxy-connection", "proxy-authenticate",
-                        "proxy-authorization"})
+from treg.http_grammar import PER_HOP as HOP_BY_HOP
+
 #: treg's control/infra headers and edge forwarding headers: never reach an upstream
 CONTROL = frozenset({"x-treg-token", "x-treg-org", "ngrok-skip-browser-warning", "x-real-ip", "forwarded", "via"})
 #: treg's own cookies: scrubbed from a caller's Cookie, and an upstream may not set them

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from treg.catalog.ladder import OrgCredentials, needed_tier, offer_tier
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
+from treg.catalog.tiers import OrgCredentials, needed_tier, offer_tier
 from treg.settings import Settings
 
 

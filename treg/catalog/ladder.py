@@ -26,11 +26,16 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from sqlalchemy import and_, or_, select
 
 from treg.bindings import Binding
+from treg.catalog.alternatives import alternatives
 from treg.catalog.enforce import CheckedRequest, QueryPairs, check_platform, check_request
 from treg.catalog.errors import NoCredential
 from treg.catalog.model import Endpoint, Provider, RateLimit, Tier, join_url
 from treg.catalog.placeholders import fill_path
 from treg.catalog.registry import CatalogRegistry
+# the tier choice lives in tiers.py (alternatives needs it too, and is imported here); its names stay
+# importable from this module, as callers and plugins have used them
+from treg.catalog.tiers import (OrgCredentials, OwnTool, needed_tier, offer_tier,  # noqa: F401
+                                platform_key_configured)
 from treg.domain.access import identity_may_use
 from treg.errors import GatewayFailed
 from treg.infra.schema import secrets, tools
@@ -39,32 +44,6 @@ from treg.settings import Settings
 if TYPE_CHECKING:
     from treg.context import Services
     from treg.tenancy import Identity
-
-
-@dataclass(frozen=True)
-class OwnTool:
-    """An org tool the caller may use, bound to a secret of some catalog provider."""
-
-    id: str
-    name: str
-    bindings: tuple[Binding, ...]
-
-
-@dataclass(frozen=True)
-class OrgCredentials:
-    """What the caller's org holds per provider (read once per call by :func:`load_org_credentials`)."""
-
-    org_id: str
-    #: provider → the caller-usable tools bound to a secret of that provider, by name
-    own_tools: Mapping[str, tuple[OwnTool, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-    #: provider → the id of the org's newest secret with that provider
-    team_secrets: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-
-    def own_for(self, provider_id: str) -> tuple[OwnTool, ...]:
-        return self.own_tools.get(provider_id, ())
-
-    def team_secret_for(self, provider_id: str) -> str | None:
-        return self.team_secrets.get(provider_id)
 
 
 @dataclass(frozen=True)
@@ -153,38 +132,6 @@ async def load_org_credentials(svc: "Services", ident: "Identity",
                           team_secrets=MappingProxyType(team))
 
 
-# -- pure tier choice -----------------------------------------------------------------------------------
-
-def platform_key_configured(provider: Provider, settings: Settings) -> bool:
-    value = settings.platform_value(provider.platform_setting)
-    return bool(value)
-
-
-def offer_tier(provider: Provider, endpoint: Endpoint, creds: OrgCredentials | None,
-               settings: Settings) -> Tier | None:
-    """The tier this caller would get for ``endpoint`` (None: no credential). ``creds`` None: only what the
-    settings decide (anonymous, platform) is considered."""
-    if creds is not None and creds.own_for(provider.id):
-        return "own"
-    if creds is not None and provider.auth and creds.team_secret_for(provider.id):
-        return "team"
-    if endpoint.anonymous and provider.id in settings.anonymous_providers:
-        return "anonymous"
-    if not endpoint.platform_blocked and provider.auth and platform_key_configured(provider, settings):
-        return "platform"
-    return None
-
-
-def needed_tier(provider: Provider, endpoint: Endpoint) -> Tier:
-    """What a caller with no tier for ``endpoint`` would need: the team's credential when the provider
-    takes a key, else the operator's anonymous allow-list (a keyless endpoint), else an own tool."""
-    if provider.auth:
-        return "team"
-    if endpoint.anonymous:
-        return "anonymous"
-    return "own"
-
-
 def how_to_get_credential(provider: Provider, endpoint: Endpoint) -> str:
     ways = []
     if provider.auth:
@@ -202,8 +149,6 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
     """Choose the tier and build the target of a live ``endpoint`` whose request passed
     :func:`check_request`. Raises ``NoCredential`` (404, with alternatives), ``InvalidParameters``
     (tier-4 checks), ``GatewayFailed`` (502, a catalog host that is not approved)."""
-    from treg.catalog.alternatives import alternatives  # alternatives uses this module's tier choice
-
     provider = registry.provider_of(endpoint)
     tier = offer_tier(provider, endpoint, creds, settings)
     if tier is None:

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pluggy
 
+from treg import http_grammar
 from treg.bindings import Binding, Injector, format_fields
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
@@ -29,8 +30,8 @@ log = logging.getLogger("treg.catalog")
 PROVIDER_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _OPERATION = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"
 _CAPABILITY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
-_HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_CTL = re.compile(r"[\x00-\x1f\x7f]")
+_HEADER_TOKEN = http_grammar.TOKEN
+_CTL = http_grammar.CTL
 # what may appear literally in a path template outside its {slots}: already-encoded path characters
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*$")
 _QUERY_CHARS = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*$")
@@ -40,9 +41,7 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _BODYLESS = ("GET", "HEAD")
 _SCALAR_TYPES = ("string", "integer", "number", "boolean")
 _BODY_TYPES = _SCALAR_TYPES + ("array", "object")
-_HOP_BY_HOP = frozenset({"host", "content-length", "connection", "keep-alive", "te", "trailer", "trailers",
-                         "transfer-encoding", "upgrade", "proxy-authorization", "proxy-authenticate",
-                         "proxy-connection"})
+_HOP_BY_HOP = http_grammar.PER_HOP
 #: the largest price a row may declare (USD 1,000,000 per call): a bigger number is a unit mistake
 MAX_MICRO = 10 ** 12
 

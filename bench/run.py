@@ -1,0 +1,244 @@
+"""The run: start every server, measure, stream, report (a table, then one JSON object)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import secrets as pysecrets
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.database import bench_database, count_calls
+from bench.phases import Phase, Target, run_phase
+from bench.pinning import cpu_plan, database_pinned, pin
+from bench.procs import Server, free_port, machine_ticks, proc_mem_kib, run_cli, start_helper, start_treg
+from bench.servers import MiB, TARGETS, serve
+from bench.through_treg import setup_treg_data, stream_through
+
+DESCRIPTION = "The relay benchmark: direct, a bare aiohttp relay and treg on one upstream."
+
+
+def machine_text() -> str:
+    import aiohttp
+
+    model = platform.processor() or ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return (f"{os.cpu_count()} CPUs ({model}), Linux {platform.release()}, Python {platform.python_version()}, "
+            f"aiohttp {aiohttp.__version__}")
+
+
+async def bench(opts: argparse.Namespace) -> dict[str, Any]:
+    concurrencies = [int(c) for c in opts.concurrency.split(",")]
+    servers: list[Server] = []
+    result: dict[str, Any] = {"machine": machine_text(), "client": opts.client, "rounds": opts.rounds,
+                              "treg_log_level": opts.treg_log_level}
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not opts.quiet else (lambda *a: None)
+    # other load on the machine skews every figure: measure it before anything of ours runs
+    busy0, total0 = machine_ticks()
+    await asyncio.sleep(1.0)
+    busy1, total1 = machine_ticks()
+    result["machine_busy_before_pct"] = round((busy1 - busy0) / max(total1 - total0, 1) * 100, 1)
+    plan = cpu_plan(opts.pin)
+    result["pinning"] = (f"relay under test on CPU {sorted(plan[0])}, everything else on CPUs {sorted(plan[1])}"
+                         if plan else "off")
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="treg-bench-"))
+        db = stack.enter_context(bench_database(opts, Path(tmp)))
+        dsn = db.dsn
+        if plan is not None:
+            result["pinning"] += ("; PostgreSQL (the run's own server) with everything else" if db.owned
+                                  else "; PostgreSQL not moved (a server given to the run may be shared)")
+            # the relay under test (baseline or treg, one at a time) alone on its CPU; the load
+            # generator, the upstream and PostgreSQL on the others: both relays then run in the same
+            # conditions instead of wherever the scheduler puts them (docs/performance.md)
+            os.sched_setaffinity(0, plan[1])  # this process, and the helpers it starts inherit it
+            stack.enter_context(database_pinned(db, plan[1]))
+        try:
+            up = await start_helper("upstream")
+            servers.append(up)
+            upstream_url = f"http://127.0.0.1:{up.port}"
+            base = await start_helper("baseline", upstream_url)
+            servers.append(base)
+            if plan is not None:
+                pin(base.pid, plan[0])
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
+            env.update(TREG_HOME=str(Path(tmp) / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
+                       TREG_HOST="127.0.0.1", TREG_PORT=str(free_port()), TREG_LOG_LEVEL=opts.treg_log_level)
+            say("creating the org (treg init) …")
+            slug = "bench-" + pysecrets.token_hex(4)
+            org = json.loads(await run_cli(env, "init", "--org", slug, "--email", f"{slug}@bench.test"))
+            token = org["token"]
+            log_path = Path(opts.treg_log) if opts.treg_log else Path(tmp) / "treg.log"
+            say("starting treg serve …")
+            treg = await start_treg(env, log_path, opts.treg_wrapper)
+            servers.append(treg)
+            if plan is not None:
+                pin(treg.pid, plan[0])
+            await setup_treg_data(treg.port, token, upstream_url)
+            spy = None
+            if opts.py_spy:
+                # sample treg's own process while it serves (profiling aid; py-spy from PyPI)
+                spy = await asyncio.create_subprocess_exec(
+                    "py-spy", "record", "--pid", str(treg.pid), "--rate", "200", "--format", "raw",
+                    "--nonblocking", "-o", opts.py_spy, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL)
+                servers.append(Server("py-spy", spy, 0))
+                await asyncio.sleep(1.0)
+
+            targets = {
+                "direct": Target("direct", up.port, "/small", {}, None),
+                "baseline": Target("baseline", base.port, "/small", {}, base.pid),
+                "treg": Target("treg", treg.port, "/call/bench/small", {"X-Treg-Token": token}, treg.pid),
+            }
+            phases = {(t, c): Phase(t, c) for c in concurrencies for t in TARGETS}
+            sent_to_treg = 0
+            for rnd in range(opts.rounds):
+                for c in concurrencies:
+                    for name in TARGETS:
+                        say(f"round {rnd + 1}/{opts.rounds}: {name} at concurrency {c} …")
+                        sent = await run_phase(opts, targets[name], c, up.pid, phases[(name, c)],
+                                               dsn if name == "treg" else None)
+                        if name == "treg":
+                            sent_to_treg += sent
+            result["throughput"] = [phases[(t, c)].figures() for c in concurrencies for t in TARGETS]
+
+            # the ratios the targets are stated in
+            by = {(f["target"], f["concurrency"]): f for f in result["throughput"]}
+            ratios: dict[str, Any] = {}
+            for c in concurrencies:
+                # each round interleaves the targets: its own ratio shows how much the machine moved
+                ratios[f"rps_treg_over_baseline_c{c}_per_round"] = [
+                    round(t / b, 3) if b else None
+                    for t, b in zip(phases[("treg", c)].round_rps, phases[("baseline", c)].round_rps)]
+                ratios[f"rps_treg_over_baseline_c{c}"] = round(
+                    by[("treg", c)]["rps"] / by[("baseline", c)]["rps"], 3) if by[("baseline", c)]["rps"] else None
+                ratios[f"added_p50_ms_vs_baseline_c{c}"] = round(by[("treg", c)]["p50_ms"] - by[("baseline", c)]["p50_ms"], 3)
+                ratios[f"added_p50_ms_vs_direct_c{c}"] = round(by[("treg", c)]["p50_ms"] - by[("direct", c)]["p50_ms"], 3)
+            result["ratios"] = ratios
+            targets_met: dict[str, Any] = {}
+            if 32 in concurrencies:
+                targets_met["rps_ratio_c32_ge_0.60"] = ratios["rps_treg_over_baseline_c32"] is not None and \
+                    ratios["rps_treg_over_baseline_c32"] >= 0.60
+            if 1 in concurrencies:
+                targets_met["added_p50_c1_le_1ms"] = ratios["added_p50_ms_vs_baseline_c1"] <= 1.0
+
+            # streaming, with treg's own peak RSS read before and after
+            if opts.stream_mib > 0:
+                say(f"streaming {opts.stream_mib} MiB each way through treg …")
+                mem_before = proc_mem_kib(treg.pid)
+                stream = await stream_through(treg.port, token, opts.stream_mib * MiB, opts.stream_timeout)
+                mem_after = proc_mem_kib(treg.pid)
+                sent_to_treg += 2
+                stream["rss_kib_before"] = mem_before
+                stream["rss_kib_after"] = mem_after
+                growth = (mem_after["VmHWM"] - mem_before["VmHWM"]) / 1024
+                stream["peak_rss_growth_mib"] = round(growth, 1)
+                stream["ok"] = (stream["upload_status"] == 200 and stream["download_status"] == 200
+                                and stream["upload_received"] == stream["bytes"]
+                                and stream["download_received"] == stream["bytes"])
+                result["streaming"] = stream
+                targets_met["rss_growth_lt_30mib"] = growth < 30
+            result["targets_met"] = targets_met
+
+            if spy is not None and spy.returncode is None:
+                spy.send_signal(signal.SIGINT)
+                await asyncio.wait_for(spy.wait(), 60)
+            # a clean shutdown flushes the audit queue: every call sent must have its row
+            await treg.stop()
+            result["audit"] = {"calls_sent_to_treg": sent_to_treg, "calls_recorded": count_calls(dsn, org["org_id"])}
+        finally:
+            for server in reversed(servers):
+                await server.stop()
+    return result
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [f"machine: {result['machine']}; busy {result['machine_busy_before_pct']}% before the run "
+             "(other load)",
+             f"load generator: {result['client']} client in its own process; {result['rounds']} round(s) "
+             f"interleaved; treg log level {result['treg_log_level']}; pinning: {result.get('pinning', 'off')}", ""]
+    head = (f"{'target':<9} {'conc':>4} {'requests':>8} {'errors':>6} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+            f"{'srv µs/req':>10} {'srv CPU%':>8} {'up CPU%':>7} {'gen CPU%':>8} {'busy%':>6}")
+    lines.append(head)
+    lines.append("-" * len(head))
+    for f in result["throughput"]:
+        us = f["server_cpu_us_per_req"]
+        lines.append(f"{f['target']:<9} {f['concurrency']:>4} {f['requests']:>8} {f['errors']:>6} {f['rps']:>9.1f} "
+                     f"{f['p50_ms']:>8.3f} {f['p99_ms']:>8.3f} {('-' if us is None else f'{us:.0f}'):>10} "
+                     f"{f['server_cpu_pct']:>8.1f} {f['upstream_cpu_pct']:>7.1f} {f['loadgen_cpu_pct']:>8.1f} "
+                     f"{(f['machine_busy_pct'] or 0):>6.1f}")
+    for f in result["throughput"]:
+        if f.get("db_transactions") is not None:
+            per = f["db_transactions"] / f["requests"] * 1000 if f["requests"] else 0.0
+            lines.append(f"treg at concurrency {f['concurrency']}: {f['db_transactions']} database transactions for "
+                         f"{f['requests']} measured calls ({per:.1f} per 1000 calls)")
+    lines.append("")
+    r = result["ratios"]
+    for key, value in r.items():
+        lines.append(f"{key}: {value}")
+    s = result.get("streaming")
+    if s:
+        lines.append("")
+        lines.append(f"streaming through treg, {s['bytes'] // MiB} MiB each way: upload {s['upload_s']} s "
+                     f"({s['upload_mib_s']} MiB/s, status {s['upload_status']}, upstream received "
+                     f"{s['upload_received']}), download {s['download_s']} s ({s['download_mib_s']} MiB/s, "
+                     f"status {s['download_status']}, received {s['download_received']})")
+        b, a = s["rss_kib_before"], s["rss_kib_after"]
+        lines.append(f"treg RSS: peak (VmHWM) {b['VmHWM'] / 1024:.1f} MiB before, {a['VmHWM'] / 1024:.1f} MiB after "
+                     f"(growth {s['peak_rss_growth_mib']} MiB); VmRSS {b['VmRSS'] / 1024:.1f} → "
+                     f"{a['VmRSS'] / 1024:.1f} MiB")
+    lines.append("")
+    lines.append(f"audit: {result['audit']['calls_recorded']} call rows recorded for "
+                 f"{result['audit']['calls_sent_to_treg']} calls sent to treg (warm-ups included)")
+    for key, ok in result["targets_met"].items():
+        lines.append(f"target {key}: {'MET' if ok else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=DESCRIPTION)
+    p.add_argument("--requests", type=int, default=10000, help="measured requests per round at concurrency > 1")
+    p.add_argument("--requests-c1", type=int, default=1500, help="measured requests per round at concurrency 1")
+    p.add_argument("--warmup", type=int, default=300, help="unmeasured requests before each phase")
+    p.add_argument("--concurrency", default="1,32", help="comma-separated concurrencies (default 1,32)")
+    p.add_argument("--rounds", type=int, default=4, help="rounds; direct/baseline/treg interleave in each")
+    p.add_argument("--time-cap", type=float, default=30.0, help="seconds one phase may run at most")
+    p.add_argument("--stream-mib", type=int, default=512, help="MiB streamed each way through treg (0: skip)")
+    p.add_argument("--stream-timeout", type=float, default=600.0, help="seconds one streaming transfer may take")
+    p.add_argument("--client", choices=("raw", "aiohttp"), default="raw", help="load generator")
+    p.add_argument("--pin", choices=("auto", "off"), default="auto",
+                   help="auto: with 2+ CPUs, the relay under test alone on one CPU, the rest on the others")
+    p.add_argument("--treg-log-level", default="INFO", help="TREG_LOG_LEVEL of the treg server (INFO: as shipped)")
+    p.add_argument("--dsn", help="database for treg (default: TREG_DATABASE_URL, else an embedded server "
+                                 "of the run's own; only that one is pinned)")
+    p.add_argument("--treg-log", metavar="FILE", help="keep treg's log (stderr) in FILE")
+    p.add_argument("--treg-wrapper", metavar="SCRIPT", help=argparse.SUPPRESS)
+    p.add_argument("--py-spy", metavar="FILE", help="record treg's process with py-spy (collapsed stacks to FILE)")
+    p.add_argument("--json-only", action="store_true", help="print only the JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--serve", choices=("upstream", "baseline"), help=argparse.SUPPRESS)
+    p.add_argument("--upstream", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = parse_args(argv)
+    if opts.serve:
+        asyncio.run(serve(opts.serve, opts.upstream))
+        return 0
+    result = asyncio.run(bench(opts))
+    if not opts.json_only:
+        print(render(result))
+    print(json.dumps(result, separators=(",", ":")))
+    return 0

@@ -1,0 +1,142 @@
+"""A canary for the aiohttp internals treg overrides or reads: it fails loudly when one of them moves.
+
+pyproject.toml pins aiohttp to the minor release these were verified against (``>=3.14,<3.15``).
+Before widening the pin, read each place named in a failure against the new aiohttp's source, fix it
+or re-verify it, then update this file. What treg relies on, and where:
+
+* ``treg/infra/upstream.py`` ``FaithfulRequest(ClientRequest)``: overrides ``update_headers`` (builds
+  ``self.headers`` from treg's exact list; ``update_headers(None)`` must still set just the URL's Host)
+  and ``update_body_from_data`` (sets ``self._body = None`` itself to skip the ``Content-Length: 0``
+  aiohttp adds to a bodyless POST); ``__init__`` must call both, headers first; the class goes in via
+  ``ClientSession(request_class=...)``.
+* ``treg/web/call.py`` ``RelayResponse(StreamResponse)``: overrides ``async _prepare_headers()`` (called
+  by ``prepare``, after aiohttp's own defaults), edits ``self._headers`` (the same object as
+  ``headers``) and sets ``_send_headers_immediately = False`` to send a small answer's headers with its
+  body; catches ``aiohttp.http_exceptions.HttpProcessingError``.
+* ``treg/app.py`` ``AccessLogger(AbstractAccessLogger)``: ``__init__(logger, log_format)`` and
+  ``log(request, response, time)``; ``AppRunner(..., handler_cancellation=True)`` reaches ``web.Server``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import tomllib
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web, web_response
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.client_reqrep import ClientRequest
+from multidict import CIMultiDict
+from yarl import URL
+
+from treg.infra.upstream import FaithfulRequest
+from treg.web.call import RelayResponse
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+VERIFIED_MINOR = (3, 14)
+
+
+def check(ok: object, what: str, where: str) -> None:
+    """Fail naming the aiohttp internal that moved and the treg code to re-verify against it."""
+    assert ok, (f"aiohttp {aiohttp.__version__}: {what} moved. treg relies on it in {where}: re-verify that "
+                f"code against this aiohttp's source (see this file's docstring), then update the canary "
+                f"and the pin")
+
+
+def params(fn) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+EMPTY = inspect.Parameter.empty
+UPSTREAM = "treg/infra/upstream.py FaithfulRequest"
+RELAY = "treg/web/call.py RelayResponse"
+
+
+def test_the_pin_is_the_verified_minor_and_installed():
+    deps = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pin = next(d for d in deps if re.match(r"aiohttp\b", d))
+    major, minor = VERIFIED_MINOR
+    assert pin.replace(" ", "") == f"aiohttp>={major}.{minor},<{major}.{minor + 1}", pin
+    installed = tuple(int(x) for x in aiohttp.__version__.split(".")[:2])
+    check(installed == VERIFIED_MINOR, f"the installed version (verified: {major}.{minor})",
+          "everything below")
+
+
+def test_client_request_update_headers():
+    check(params(ClientRequest.update_headers) == [("self", EMPTY), ("headers", EMPTY)],
+          "ClientRequest.update_headers(self, headers)", UPSTREAM)
+    req = ClientRequest("GET", URL("http://upstream.test:8080/x"))
+    req.update_headers(None)
+    only_host = list(req.headers.items()) == [("Host", "upstream.test:8080")]
+    check(isinstance(req.headers, CIMultiDict) and only_host,
+          "update_headers(None) setting only the URL's Host on self.headers", UPSTREAM)
+
+
+def test_client_request_update_body_from_data():
+    expected = [("self", EMPTY), ("body", EMPTY), ("_stacklevel", 3)]
+    check(params(ClientRequest.update_body_from_data) == expected,
+          "ClientRequest.update_body_from_data(self, body, _stacklevel=3)", UPSTREAM)
+    source = inspect.getsource(ClientRequest.update_body_from_data)
+    check("self._body = None" in source and '"0"' in source,
+          "the bodyless branch of update_body_from_data (self._body = None, then Content-Length: 0)",
+          UPSTREAM)
+    init = inspect.getsource(ClientRequest.__init__)
+    heads, body = init.find("self.update_headers(headers)"), init.find("self.update_body_from_data(data)")
+    check(0 <= heads < body, "ClientRequest.__init__ calling update_headers, then update_body_from_data",
+          UPSTREAM)
+    check("request_class" in inspect.signature(aiohttp.ClientSession.__init__).parameters,
+          "ClientSession(request_class=...)", "treg/infra/upstream.py create_session")
+
+
+def test_faithful_request_overrides_what_it_means_to():
+    # a rename on treg's side would silently fall back to aiohttp's behaviour
+    for name in ("update_headers", "update_body_from_data"):
+        assert name in FaithfulRequest.__dict__ and hasattr(ClientRequest, name), name
+
+
+def test_stream_response_prepare_headers():
+    hook = getattr(web.StreamResponse, "_prepare_headers", None)
+    check(hook is not None and inspect.iscoroutinefunction(hook), "async StreamResponse._prepare_headers",
+          RELAY)
+    check(params(hook) == [("self", EMPTY)], "StreamResponse._prepare_headers(self)", RELAY)
+    source = inspect.getsource(web_response.StreamResponse)
+    check("await self._prepare_headers()" in source, "StreamResponse calling _prepare_headers on prepare",
+          RELAY)
+    resp = web.StreamResponse()
+    check(isinstance(resp._headers, CIMultiDict) and resp.headers is resp._headers,
+          "StreamResponse._headers (the object headers returns)", RELAY)
+    assert "_prepare_headers" in RelayResponse.__dict__
+
+
+def test_stream_response_send_headers_immediately():
+    where = f"{RELAY}.__init__ (a small answer's headers sent with its body)"
+    check(web.StreamResponse._send_headers_immediately is True, "StreamResponse._send_headers_immediately",
+          where)
+    # the class default, and at least one place that reads it
+    source = inspect.getsource(web_response.StreamResponse)
+    check(source.count("_send_headers_immediately") >= 2, "StreamResponse reading _send_headers_immediately",
+          where)
+
+
+def test_http_processing_error_import():
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    check(issubclass(HttpProcessingError, Exception), "aiohttp.http_exceptions.HttpProcessingError",
+          "treg/web/call.py _BODY_BROKEN")
+
+
+@pytest.mark.parametrize("method, expected", [
+    ("__init__", ["self", "logger", "log_format"]),
+    ("log", ["self", "request", "response", "time"]),
+])
+def test_access_logger(method: str, expected: list[str]):
+    check([n for n, _ in params(getattr(AbstractAccessLogger, method))] == expected,
+          f"AbstractAccessLogger.{method}", "treg/app.py AccessLogger")
+
+
+def test_server_takes_handler_cancellation():
+    check("handler_cancellation" in inspect.signature(web.Server.__init__).parameters,
+          "web.Server(handler_cancellation=...)", "treg/app.py make_runner")

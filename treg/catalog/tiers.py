@@ -1,0 +1,74 @@
+"""The pure tier choice of a catalog call: which credential tier a caller gets for an endpoint.
+
+The tiers and their order are ladder.py's docstring (catalog.md "Credential tiers"). This module holds
+only what both the ladder and the capability alternatives need (what the org holds, which tier it
+gives): no database, no I/O, so :mod:`treg.catalog.alternatives` needs no import of the ladder, which
+imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from treg.bindings import Binding
+from treg.catalog.model import Endpoint, Provider, Tier
+from treg.settings import Settings
+
+
+@dataclass(frozen=True)
+class OwnTool:
+    """An org tool the caller may use, bound to a secret of some catalog provider."""
+
+    id: str
+    name: str
+    bindings: tuple[Binding, ...]
+
+
+@dataclass(frozen=True)
+class OrgCredentials:
+    """What the caller's org holds per provider (read once per call by :func:`treg.catalog.ladder.load_org_credentials`)."""
+
+    org_id: str
+    #: provider → the caller-usable tools bound to a secret of that provider, by name
+    own_tools: Mapping[str, tuple[OwnTool, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    #: provider → the id of the org's newest secret with that provider
+    team_secrets: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    def own_for(self, provider_id: str) -> tuple[OwnTool, ...]:
+        return self.own_tools.get(provider_id, ())
+
+    def team_secret_for(self, provider_id: str) -> str | None:
+        return self.team_secrets.get(provider_id)
+
+
+def platform_key_configured(provider: Provider, settings: Settings) -> bool:
+    value = settings.platform_value(provider.platform_setting)
+    return bool(value)
+
+
+def offer_tier(provider: Provider, endpoint: Endpoint, creds: OrgCredentials | None,
+               settings: Settings) -> Tier | None:
+    """The tier this caller would get for ``endpoint`` (None: no credential). ``creds`` None: only what the
+    settings decide (anonymous, platform) is considered."""
+    if creds is not None and creds.own_for(provider.id):
+        return "own"
+    if creds is not None and provider.auth and creds.team_secret_for(provider.id):
+        return "team"
+    if endpoint.anonymous and provider.id in settings.anonymous_providers:
+        return "anonymous"
+    if not endpoint.platform_blocked and provider.auth and platform_key_configured(provider, settings):
+        return "platform"
+    return None
+
+
+def needed_tier(provider: Provider, endpoint: Endpoint) -> Tier:
+    """What a caller with no tier for ``endpoint`` would need: the team's credential when the provider
+    takes a key, else the operator's anonymous allow-list (a keyless endpoint), else an own tool."""
+    if provider.auth:
+        return "team"
+    if endpoint.anonymous:
+        return "anonymous"
+    return "own"

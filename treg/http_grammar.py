@@ -1,0 +1,30 @@
+"""HTTP/1.1 grammar treg checks names and values against, and the headers that belong to one hop.
+
+Pure constants, no I/O, importable from every layer (the relay's header filter, the catalog loader,
+the built-in injectors, the benchmark's bare relay): one copy, so what the loader refuses in a
+provider's headers and what the relay drops on the wire cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: a field name (RFC 9110 §5.1, §5.6.2 ``token``: one or more tchar). Anything else in a header name
+#: could smuggle a second header or split the line. ``\Z``, not ``$``: ``$`` also matches before a
+#: final newline, and ``X-Key\n`` is not a token
+TOKEN = re.compile(r"\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+
+#: a control character (RFC 5234 ``CTL``: %x00-1F / %x7F); CR or LF in a field value splits the header
+CTL = re.compile(r"[\x00-\x1f\x7f]")
+
+#: hop-by-hop fields (RFC 9110 §7.6.1, RFC 7230 §6.1; ``proxy-connection`` and ``trailers``: common
+#: non-standard spellings): they describe one connection and are never forwarded
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+                        "proxy-authorization", "te", "trailer", "trailers", "transfer-encoding", "upgrade"})
+
+#: end-to-end in the RFCs, but derived again by whoever sends each hop: the authority of the URL it
+#: dials and the length of the body it sends
+FRAMING = frozenset({"host", "content-length"})
+
+#: what a relay re-derives per hop instead of copying from one side to the other
+PER_HOP = HOP_BY_HOP | FRAMING

@@ -1,0 +1,109 @@
+"""Test databases: one migrated template per test session, a private clone per test.
+
+The server is ``TREG_TEST_DATABASE_URL``, else an embedded PostgreSQL under :func:`test_home`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets as pysecrets
+from pathlib import Path
+from typing import Any, Iterator
+
+import psycopg2
+import psycopg2.extensions
+
+from treg.infra import embedded_pg, migrate
+
+
+def template_db() -> str:
+    # one template per test session: parallel sessions on one server must not drop each other's
+    return f"treg_test_template_{os.getpid()}"
+
+
+def checkout_root() -> Path | None:
+    """The source checkout this treg runs from, or None when it is installed (from a wheel)."""
+    root = Path(__file__).resolve().parents[2]
+    # an installed treg sits in site-packages, which has neither file: a checkout has both
+    if (root / "pyproject.toml").is_file() and (root / "tests" / "conftest.py").is_file():
+        return root
+    return None
+
+
+def test_home() -> Path:
+    """Where the embedded test server lives: ``TREG_TEST_HOME``, else ``.test-home`` in a checkout,
+    else a per-user cache folder (``$XDG_CACHE_HOME/treg-test``, ``~/.cache/treg-test``): an installed
+    treg must not write beside site-packages."""
+    if os.environ.get("TREG_TEST_HOME"):
+        return Path(os.environ["TREG_TEST_HOME"]).expanduser()
+    root = checkout_root()
+    if root is not None:
+        return root / ".test-home"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(cache).expanduser() / "treg-test"
+
+
+def base_dsn() -> str:
+    """The maintenance DSN of the test server: TREG_TEST_DATABASE_URL, else the embedded server."""
+    url = os.environ.get("TREG_TEST_DATABASE_URL")
+    if url:
+        return url
+    return embedded_pg.start(test_home() / "pg").base_dsn
+
+
+def dsn_for(base: str, dbname: str) -> str:
+    return psycopg2.extensions.make_dsn(base, dbname=dbname)
+
+
+def _admin(base: str) -> Any:
+    conn = psycopg2.connect(base)
+    conn.autocommit = True
+    return conn
+
+
+def _drop_orphans(cur: Any) -> None:
+    """Drop test databases whose session's process is gone (a killed run leaves them behind)."""
+    cur.execute("SELECT datname FROM pg_database WHERE datname LIKE 'treg\\_test\\_template\\_%%' "
+                "OR datname LIKE 'treg\\_t\\_%%'")
+    for (name,) in cur.fetchall():
+        pid = name.rsplit("_", 1)[-1] if name.startswith("treg_test_template_") else name.split("_")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def prepare_template(base: str) -> None:
+    """(Re)create the migrated template database every test database is cloned from."""
+    conn = _admin(base)
+    try:
+        with conn.cursor() as cur:
+            _drop_orphans(cur)
+            cur.execute(f'DROP DATABASE IF EXISTS "{template_db()}" WITH (FORCE)')
+            cur.execute(f'CREATE DATABASE "{template_db()}"')
+    finally:
+        conn.close()
+    migrate.upgrade(dsn_for(base, template_db()))
+
+
+def drop_template(base: str) -> None:
+    conn = _admin(base)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{template_db()}" WITH (FORCE)')
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def fresh_database(base: str) -> Iterator[str]:
+    """A private database cloned from the template (each test isolated), dropped afterwards."""
+    name = f"treg_t_{os.getpid()}_{pysecrets.token_hex(6)}"  # the pid lets a later session drop orphans
+    conn = _admin(base)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db()}"')
+        yield dsn_for(base, name)
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.close()

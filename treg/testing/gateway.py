@@ -1,0 +1,63 @@
+"""A treg under test, with its first org."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treg.testing.client import RawReply, raw_exchange, raw_request_bytes
+
+
+class Gateway:
+    """A running treg (aiohttp TestClient on a real socket) with an org and its owner, plus helpers to
+    set up members, secrets and tools through the management API."""
+
+    def __init__(self, client: Any, org: dict[str, Any]) -> None:
+        self.client = client
+        self.org = org
+        self.owner = {"X-Treg-Token": org["token"]}
+
+    @property
+    def services(self) -> Any:
+        from treg.keys import SERVICES
+
+        return self.client.app[SERVICES]
+
+    async def api(self, method: str, path: str, *, as_: dict[str, str] | None = None, expect: int | None = None,
+                  **kw: Any) -> Any:
+        resp = await self.client.request(method, path, headers=as_ or self.owner, **kw)
+        body = await resp.json() if resp.content_type == "application/json" else await resp.read()
+        if expect is not None:
+            assert resp.status == expect, (resp.status, body)
+        return body
+
+    async def secret(self, value: Any, name: str = "key", provider: str | None = None) -> str:
+        body: dict[str, Any] = {"name": name, "value": value}
+        if provider:
+            body["provider"] = provider
+        return (await self.api("POST", "/api/v1/secrets", json=body, expect=201))["id"]
+
+    async def tool(self, name: str, base_url: str, bindings: list[dict[str, Any]] | None = None,
+                   **extra: Any) -> dict[str, Any]:
+        return await self.api("POST", "/api/v1/tools", json={"name": name, "base_url": base_url,
+                                                             "bindings": bindings or [], **extra}, expect=201)
+
+    async def member(self, email: str, role: str = "member", project_ids: list[str] | None = None) -> dict[str, Any]:
+        out = await self.api("POST", "/api/v1/members", json={"email": email, "role": role,
+                                                              "project_ids": project_ids}, expect=201)
+        out["headers"] = {"X-Treg-Token": out["token"]}
+        return out
+
+    async def call(self, method: str, path: str, *, as_: dict[str, str] | None = None, **kw: Any) -> Any:
+        headers = {**(as_ or self.owner), **kw.pop("headers", {})}
+        return await self.client.request(method, path, headers=headers, **kw)
+
+    async def raw(self, method: str, target: str, headers: list[tuple[str, str]] | None = None,
+                  body: bytes | None = None, *, chunks: list[bytes] | None = None, auth: bool = True) -> "RawReply":
+        """A call sent as exact bytes on a fresh socket (no client-added headers; the owner's token
+        first unless ``auth`` is False), its answer read with framing kept."""
+        hs = ([("X-Treg-Token", self.org["token"])] if auth else []) + list(headers or [])
+        data = raw_request_bytes(method, target, hs, body, chunks=chunks)
+        return await raw_exchange(self.client.port, data, head_request=method.upper() == "HEAD")
+
+    async def calls(self, as_: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        return (await self.api("GET", "/api/v1/calls?limit=500", as_=as_, expect=200))["calls"]

@@ -1,0 +1,161 @@
+"""A raw-socket upstream that records exactly the bytes it receives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+
+@dataclass
+class Exchange:
+    """One request as it arrived on the wire."""
+
+    raw: bytes
+    request_line: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    #: the connection's streams, for a responder that writes (slowly, partly) itself and returns None
+    reader: Any = field(default=None, repr=False, compare=False)
+    writer: Any = field(default=None, repr=False, compare=False)
+    #: which connection (1-based, in accept order) carried this request
+    connection: int = 0
+
+    def header(self, name: str) -> str | None:
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    @property
+    def method(self) -> str:
+        return self.request_line.split(" ", 1)[0]
+
+    @property
+    def target(self) -> str:
+        return self.request_line.split(" ")[1]
+
+
+Responder = Callable[[Exchange], Awaitable[bytes] | bytes]
+
+
+def http_response(status: int = 200, body: bytes = b"ok", headers: list[tuple[str, str]] | None = None,
+                  reason: str = "OK", length: bool = True) -> bytes:
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    for k, v in headers or []:
+        lines.append(f"{k}: {v}")
+    if length:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+@dataclass
+class RawUpstream:
+    """An HTTP/1.1 server on a raw socket: records exactly the bytes it receives and answers with the
+    bytes a responder returns (default: 200 ``ok``). Understands Content-Length and chunked bodies."""
+
+    responder: Responder | None = None
+    exchanges: list[Exchange] = field(default_factory=list)
+    connections: int = 0
+    #: connections the client closed while idle (between requests)
+    peer_closes: int = 0
+    _server: asyncio.AbstractServer | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> "RawUpstream":
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def __aenter__(self) -> "RawUpstream":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> Exchange | None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        text = head.decode("latin-1")
+        lines = text.split("\r\n")
+        headers = []
+        for line in lines[1:]:
+            if line:
+                k, _, v = line.partition(":")
+                headers.append((k, v.strip()))
+        raw = head
+        body = b""
+        lookup = {k.lower(): v for k, v in headers}
+        if "content-length" in lookup:
+            body = await reader.readexactly(int(lookup["content-length"]))
+            raw += body
+        elif lookup.get("transfer-encoding", "").lower() == "chunked":
+            while True:
+                size_line = await reader.readuntil(b"\r\n")
+                raw += size_line
+                size = int(size_line.split(b";")[0].strip(), 16)
+                chunk = await reader.readexactly(size + 2)
+                raw += chunk
+                body += chunk[:-2]
+                if size == 0:
+                    break
+        return Exchange(raw=raw, request_line=lines[0], headers=headers, body=body)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn_no = self.connections
+        try:
+            while True:
+                ex = await self._read_request(reader)
+                if ex is None:
+                    self.peer_closes += 1  # the client (treg) closed its end between requests
+                    break
+                ex.reader, ex.writer, ex.connection = reader, writer, conn_no
+                self.exchanges.append(ex)
+                out = self.responder(ex) if self.responder else http_response()
+                if asyncio.iscoroutine(out):
+                    out = await out
+                if out is None:  # the responder wrote (or dropped) the connection itself
+                    break
+                writer.write(out)
+                await writer.drain()
+                if ex.header("connection") == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    @property
+    def last(self) -> Exchange:
+        return self.exchanges[-1]
+
+
+@contextlib.asynccontextmanager
+async def raw_upstream(responder: Responder | None = None) -> AsyncIterator[RawUpstream]:
+    up = RawUpstream(responder)
+    await up.start()
+    try:
+        yield up
+    finally:
+        await up.close()
