@@ -26,7 +26,7 @@ from treg.call import catalog_stage, evidence, headers as hdr, metered
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
-from treg.call.types import CallInput, CallRecord, ResolvedTarget
+from treg.call.types import CallInput, CallRecord, PendingBody, ResolvedTarget
 from treg.context import Services
 from treg.errors import GatewayFailed, TregError
 from treg.events import Event
@@ -185,6 +185,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
                            or await tenancy.authenticate(svc, inp.token, inp.org_hint))
     try:
+        if isinstance(inp.body, PendingBody):  # the edge's reading that waited for identity
+            state.inp = inp = await inp.body.load(inp)
         if inp.surface == "catalog":
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
         else:
