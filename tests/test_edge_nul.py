@@ -156,3 +156,13 @@ def test_init_refuses_bad_text_without_a_traceback(dsn, tmp_path):
         err = json.loads(proc.stderr.strip().splitlines()[-1])
         assert err["blame"] == "caller" and err["error"] in ("invalid_email", "invalid_slug")
         assert proc.stdout == ""
+
+
+async def test_a_json_binding_call_with_a_body_nested_100000_deep_is_a_400(gateway, up):
+    sid = await gateway.secret("s3cr3t")
+    await gateway.tool("js", up.url + "/v1", [{"location": "json", "name": "key", "secret_id": sid}])
+    depth = 100_000
+    r = await gateway.raw("POST", "/call/js/x", [("Content-Type", "application/json")],
+                          b'{"a": ' + b"[" * depth + b"]" * depth + b"}")
+    assert _refused(r, 400)["error"] == "invalid_json_body"
+    assert up.exchanges == []
