@@ -94,7 +94,7 @@ async def test_an_identified_callers_body_refusals_are_audited(gateway, up, tool
     calls = await _audited(gateway, 3)
     assert [(c["status"], c["outcome"]) for c in calls] == [(200, "ok"), (400, "refused"), (400, "refused")]
     details = [await gateway.api("GET", f"/api/v1/calls/{c['call_id']}", expect=200) for c in calls[1:]]
-    assert [d["error_code"] for d in details] == ["body_too_large", "invalid_body_encoding"]
+    assert sorted(d["error_code"] for d in details) == ["body_too_large", "invalid_body_encoding"]
     assert all(d["blame"] == "caller" for d in details)
     assert up.last.body == b"fine"
     assert len(up.exchanges) == 1
