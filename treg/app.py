@@ -28,7 +28,7 @@ from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
 from treg.web import catalog_api, money_api
-from treg.web import errors
+from treg.web import errors, protocol
 
 log = logging.getLogger("treg")
 
@@ -69,7 +69,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
     catalog = load_catalog(pm, injectors)
     warn_unknown_anonymous(catalog, settings)
-    app = web.Application(client_max_size=1024 ** 3)  # no middleware: treg/web/errors.py says why
+    # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
+    app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
     box = crypto.load_box(settings)
     state: dict[str, Any] = {"pm": pm, "injectors": injectors, "box": box}
@@ -121,5 +122,7 @@ def make_runner(app: web.Application, **kw: Any) -> web.AppRunner:
 
     ``handler_cancellation``: a caller who hangs up cancels its call (its hold is released, its upstream
     closed, also while the upstream is silent, as in an SSE stream) instead of treg finishing a call
-    nobody will read."""
-    return web.AppRunner(app, access_log_class=AccessLogger, handle_signals=False, handler_cancellation=True, **kw)
+    nobody will read. Its connections answer what aiohttp's parser refuses with the error body
+    (treg/web/protocol.py)."""
+    return protocol.Runner(app, access_log_class=AccessLogger, handle_signals=False, handler_cancellation=True,
+                           **kw)

@@ -56,14 +56,23 @@ def new_token() -> str:
 
 
 def check_slug(slug: str) -> str:
-    if not isinstance(slug, str) or not _SLUG.match(slug):
+    if not isinstance(slug, str) or not _SLUG.fullmatch(slug):  # fullmatch: "$" alone lets "acme\n" in
         raise BadRequest("an org slug is 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
                          code="invalid_slug")
     return slug
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: argv bytes that were not UTF-8, or a \udXXX escape
+        return False
+    return True
+
+
 def check_email(email: Any) -> str:
-    if not isinstance(email, str) or not _EMAIL.match(email.strip()) or len(email) > 320:
+    if (not isinstance(email, str) or not _EMAIL.fullmatch(email.strip()) or len(email) > 320
+            or not email.isprintable() or not _encodable(email)):  # NUL, controls, argv's undecodable bytes
         raise BadRequest("email must look like name@example.com", code="invalid_email")
     return email.strip().lower()
 

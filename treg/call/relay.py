@@ -241,6 +241,9 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
                 parsed = json.loads(raw, object_pairs_hook=_reject_duplicates)
             except BadRequest:
                 raise
+            except RecursionError as exc:  # nested deeper than Python's parser recurses: not a 500
+                raise BadRequest("this tool injects into a JSON body, and the body is nested too deeply to parse",
+                                 code="invalid_json_body") from exc
             except (ValueError, UnicodeDecodeError) as exc:
                 raise BadRequest(f"this tool injects into a JSON body, and the body is not JSON: {exc}",
                                  code="invalid_json_body") from exc

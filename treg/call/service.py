@@ -26,7 +26,7 @@ from treg.call import catalog_stage, encodings, evidence, headers as hdr, metere
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
-from treg.call.types import CallInput, CallRecord, ResolvedTarget
+from treg.call.types import CallInput, CallRecord, PendingBody, ResolvedTarget
 from treg.context import Services
 from treg.errors import DatabaseError, GatewayFailed, TregError
 from treg.events import Event
@@ -231,6 +231,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
             _intake_failed(svc, inp, exc)
         raise
     try:
+        if isinstance(inp.body, PendingBody):  # the edge's reading that waited for identity
+            state.inp = inp = await inp.body.load(inp)
         if inp.surface == "catalog":
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
         elif inp.surface == "redirect":

@@ -4,7 +4,7 @@ relay → settle → evidence). None of them knows about aiohttp."""
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, AsyncIterable, NamedTuple
+from typing import Any, AsyncIterable, Awaitable, Callable, NamedTuple
 
 from treg.bindings import Binding
 from treg.frozen import frozen_value
@@ -34,8 +34,9 @@ class CallInput:
     headers: tuple[tuple[str, str], ...] = field(repr=False)
     token: str | None = field(repr=False)
     org_hint: str | None
-    #: None: the caller sent no body; bytes: buffered (small, decoded, or JSON-bound); else a stream
-    body: bytes | AsyncIterable[bytes] | None = field(repr=False)
+    #: None: the caller sent no body; bytes: buffered (small, decoded, or JSON-bound); a PendingBody:
+    #: the edge's reading waits for identity; else a stream
+    body: bytes | AsyncIterable[bytes] | PendingBody | None = field(repr=False)
     content_length: int | None  # the caller's declared length (None when chunked or absent)
     tag: str | None = None
     idempotency_key: str | None = None
@@ -49,6 +50,16 @@ class CallInput:
             if k.lower() == lname:
                 return v
         return None
+
+
+@frozen_value
+class PendingBody:
+    """Intake work that waits until the caller is identified (api.md: a caller without a valid token
+    gets its 401 before treg reads or decodes anything): ``load`` reads (and decodes) the body, or
+    raises the edge's refusal of the request, and returns the CallInput with its body in hand. The
+    call pipeline runs it right after authentication, so an identified caller's refusal is audited."""
+
+    load: Callable[[CallInput], Awaitable[CallInput]] = field(repr=False)
 
 
 @frozen_value

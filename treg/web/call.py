@@ -7,13 +7,14 @@ import asyncio
 import base64
 import binascii
 import zlib
+from dataclasses import replace
 from typing import AsyncIterator, Awaitable
 
 from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.call import evidence, service
-from treg.call.types import CallInput
+from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.infra.upstream import header_text
@@ -122,49 +123,78 @@ _READ = {name: i for i, name in enumerate(("x-treg-token", "x-treg-org", "x-treg
                                               "x-treg-body-encoding"))}
 
 
-def read_headers(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[tuple[str, str], ...], list[str | None]]:
-    """Every header as text (:func:`~treg.infra.upstream.header_text`: UTF-8, else latin-1, never dropped)
-    and, in the same pass, the values intake reads (slots of ``_READ``). One loop instead of decoding all
-    then looking each control header up in aiohttp's index: cheaper with the CPU's caches cold, as they
-    are between two calls (docs/performance.md). Taken from the decoded text, not aiohttp's index: its
-    surrogate-escaped text of non-UTF-8 bytes cannot be hashed, stored or re-encoded."""
+def read_headers(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[tuple[str, str], ...], list[str | None],
+                                                                 str | None]:
+    """Every header as text (:func:`~treg.infra.upstream.header_text`: UTF-8, else latin-1, never dropped),
+    in the same pass the values intake reads (slots of ``_READ``), and the name of the first header
+    whose bytes are not UTF-8 (None: all are). One loop instead of decoding all then looking each
+    control header up in aiohttp's index: cheaper with the CPU's caches cold, as they are between two
+    calls (docs/performance.md). Taken from the decoded text, not aiohttp's index: its surrogate-escaped
+    text of non-UTF-8 bytes cannot be hashed, stored or re-encoded."""
     headers = []
     found: list[str | None] = [None] * len(_READ)
     slot = _READ.get
+    not_utf8 = None
     for k, v in raw:
         try:
             name, value = k.decode(), v.decode()
         except UnicodeDecodeError:
             name, value = header_text(k), header_text(v)
+            not_utf8 = not_utf8 or name
         headers.append((name, value))
         i = slot(name.lower())
         if i is not None and found[i] is None:
             found[i] = value
-    return tuple(headers), found
+    return tuple(headers), found, not_utf8
+
+
+def _refuse_header(name: str) -> PendingBody:
+    async def load(inp: CallInput) -> CallInput:
+        # aiohttp's client writes header text as UTF-8: a latin-1 byte would reach the upstream changed
+        # (0xE9 as C3 A9), so such a request is refused rather than silently altered (docs/architecture.md)
+        raise BadRequest(f"the header {name} holds bytes that are not UTF-8 (obs-text); treg relays header "
+                         "values only as UTF-8 text, so send it UTF-8 or percent-encoded", code="invalid_header")
+    return PendingBody(load)
+
+
+def _exact_body(request: web.Request, declared: int) -> PendingBody:
+    async def load(inp: CallInput) -> CallInput:
+        return replace(inp, body=await _whole(request.content.readexactly(declared)))
+    return PendingBody(load)
+
+
+def _decoded_body(request: web.Request, encoding: str, declared: int | None) -> PendingBody:
+    async def load(inp: CallInput) -> CallInput:
+        limit = request.app[SERVICES].settings.body_decode_max_bytes
+        if declared is not None and declared > limit:
+            raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
+        body = _decode_body(encoding, await _whole(_read_bounded(request, limit)), limit)
+        return replace(inp, body=body, content_length=len(body))
+    return PendingBody(load)
 
 
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
+    """The request as a CallInput, without reading or decoding anything that could cost treg work: a
+    body to read (or a refusal) is a :class:`PendingBody` the pipeline runs once the caller is identified."""
     raw_path = request.raw_path
     if not raw_path.startswith("/"):
         # absolute-form (GET http://treg/call/... HTTP/1.1, RFC 9112 3.2.2): only its path and query count
         raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
-    headers, (token, org_hint, tag, key, agent, cl, te, encoding) = read_headers(request.raw_headers)
+    headers, (token, org_hint, tag, key, agent, cl, te, encoding), not_utf8 = read_headers(request.raw_headers)
     declared = None if cl is None else int(cl)  # aiohttp's parser already refused a malformed length
     body: object
-    if encoding is not None:
-        limit = request.app[SERVICES].settings.body_decode_max_bytes
-        if declared is not None and declared > limit:
-            raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
-        body = _decode_body(encoding, await _whole(_read_bounded(request, limit)), limit)
-        declared = len(body)  # type: ignore[arg-type]
+    if not_utf8 is not None:
+        body = _refuse_header(not_utf8)
+    elif encoding is not None:
+        body = _decoded_body(request, encoding, declared)
     elif declared is None and (te is None or "chunked" not in te.lower()):
         body = None
     elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
-        body = await _whole(request.content.readexactly(declared)) if declared else b""
+        body = _exact_body(request, declared) if declared else b""
     else:
-        body = _caller_stream(request)
+        body = _caller_stream(request)  # lazy: nothing is read until the upstream send pulls it
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
                      headers=headers, token=token, org_hint=org_hint, body=body,  # type: ignore[arg-type]
                      content_length=declared, tag=tag, idempotency_key=key, user_agent=agent)

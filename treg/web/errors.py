@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Iterable
 
 from aiohttp import hdrs, web
 
-from treg.errors import TregError
+from treg.errors import BadRequest, TregError
 from treg.keys import ERROR_HEADERS
 from treg.web.jsonio import dumps
 
@@ -58,10 +58,22 @@ def render_failure(request: web.Request, exc: Exception) -> web.StreamResponse:
     return error_response(err, extra_headers=request.get(ERROR_HEADERS))
 
 
+def refuse_nul(request: web.Request) -> None:
+    """A NUL character in a route's path parameter or query (``/api/v1/tools/%00``) is the caller's 400:
+    PostgreSQL refuses NUL in text, which would surface as an unexpected error and a 500."""
+    for name, value in request.match_info.items():
+        if "\x00" in value:
+            raise BadRequest(f"the path parameter {name} contains a NUL character (%00)", code="invalid_path")
+    query = request.query if "%00" in request.raw_path.partition("?")[2] else {}
+    if any("\x00" in k or "\x00" in v for k, v in query.items()):
+        raise BadRequest("the query string contains a NUL character (%00)", code="invalid_query")
+
+
 def rendering(handler: Handler) -> Handler:
     """``handler`` with its failures rendered by :func:`render_failure`."""
     async def rendered(request: web.Request) -> web.StreamResponse:
         try:
+            refuse_nul(request)
             return await handler(request)
         except Exception as exc:  # noqa: BLE001 (rendered, and logged when unexpected)
             return render_failure(request, exc)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.errors import BadRequest
 
@@ -31,24 +33,79 @@ def json_response(obj: Any, *, status: int = 200, headers: dict[str, str] | None
     return web.Response(text=dumps(obj), status=status, content_type="application/json", headers=headers)
 
 
+#: JSON nested deeper than this is refused (api.md): no management body needs more, and Python's parser
+#: recurses, so a body nested 100,000 deep would otherwise end as a RecursionError and a 500
+MAX_JSON_DEPTH = 64
+
+#: how a caller's body read fails when the caller hangs up mid-upload or breaks the framing
+_BODY_BROKEN = (ConnectionError, asyncio.IncompleteReadError, HttpProcessingError, ClientPayloadError)
+
+
+def _too_large() -> BadRequest:
+    return BadRequest(f"the JSON body is larger than {MAX_JSON_BYTES} bytes", code="body_too_large")
+
+
+async def read_body(request: web.Request, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The whole body up to ``limit`` bytes, however it arrives (split TCP writes, chunked): one
+    ``read(n)`` returns only what has arrived so far."""
+    if request.content_length is not None and request.content_length > limit:
+        raise _too_large()
+    parts, size = [], 0
+    try:
+        async for chunk in request.content.iter_chunked(64 * 1024):
+            size += len(chunk)
+            if size > limit:
+                raise _too_large()
+            parts.append(chunk)
+    except _BODY_BROKEN as exc:
+        # the message of aiohttp's parser errors quotes the raw bytes: never in the answer
+        raise BadRequest("the request body ended before it was complete or its framing is malformed",
+                         code="body_incomplete") from exc
+    return b"".join(parts)
+
+
+def check_text(data: Any) -> None:
+    """Refuse what no text column can hold, anywhere in a decoded JSON document: a NUL character
+    (PostgreSQL refuses it in text), a lone surrogate (``\\udXXX``: not encodable as UTF-8), nesting
+    deeper than :data:`MAX_JSON_DEPTH`. Iterative: the document may be as deep as the parser allowed."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            _check_string(node)
+        elif isinstance(node, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise BadRequest(f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    _check_string(k)
+                    stack.append((v, depth + 1))
+            else:
+                stack.extend((v, depth + 1) for v in node)
+
+
+def _check_string(text: str) -> None:
+    if "\x00" in text:
+        raise BadRequest("the JSON body contains a NUL character (\\u0000), which no text field may hold",
+                         code="invalid_json")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest("the JSON body contains an unpaired surrogate escape (\\udXXX), which is not valid text",
+                         code="invalid_json") from exc
+
+
 async def read_json_object(request: web.Request) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > MAX_JSON_BYTES:
-        raise BadRequest(f"the JSON body is larger than {MAX_JSON_BYTES} bytes", code="body_too_large")
-    raw = await request.content.read(MAX_JSON_BYTES + 1)
-    if len(raw) > MAX_JSON_BYTES:
-        raise BadRequest(f"the JSON body is larger than {MAX_JSON_BYTES} bytes", code="body_too_large")
+    raw = await read_body(request)
     if not raw.strip():
         raise BadRequest("send a JSON object as the request body", code="invalid_json")
     try:
         data = json.loads(raw)
+    except RecursionError as exc:
+        raise BadRequest(f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
-    try:
-        # a \udXXX escape decodes to a lone surrogate, which no UTF-8 store can hold
-        json.dumps(data, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise BadRequest("the JSON body contains an unpaired surrogate escape (\\udXXX), which is not valid text",
-                         code="invalid_json") from exc
+    check_text(data)
     return data
