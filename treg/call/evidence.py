@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Iterable, Sequence
 from urllib.parse import quote, quote_plus, unquote_plus  # module level: for_values runs on every call
 
+from treg.call.target import mask_userinfo
+
 MASK = "[REDACTED]"
 REQUEST_BODY_MAX = 64 * 1024  # a declared-length caller body up to this is kept
 RESPONSE_HEAD_MAX = 8 * 1024  # the head of a failed response that is peeked and replayed
@@ -71,7 +73,7 @@ def redact_headers(headers: Iterable[tuple[str, str]], r: Redactor) -> list[list
 
 
 def redact_url(url: str, r: Redactor) -> str:
-    url = r.text(url)
+    url = mask_userinfo(r.text(url), MASK)  # a base URL's user:pw@ is a credential too
     base, sep, query = url.partition("?")
     if not sep:
         return url
