@@ -40,7 +40,8 @@ async def refused(resp: Any) -> dict[str, Any]:
     assert resp.status == 422, (resp.status, await resp.text())
     assert resp.headers.get("X-Treg-Error") == "1"
     body = await resp.json()
-    assert body["error"] == "ssrf_refused" and body["blame"] == "caller" and "TREG_SSRF_ALLOW" in body["detail"]
+    assert body["error"] == "ssrf_refused" and body["blame"] == "caller"
+    assert "TREG_SSRF_ALLOW" in body["detail"]
     return body
 
 
@@ -90,7 +91,8 @@ async def _client_for(aiohttp_client: Any, make_app: Any, **overrides: Any) -> t
 
 @pytest.mark.parametrize("host", ["localhost.localdomain", "ip6-localhost", "%31%32%37.0.0.1", "svc.internal",
                                   "printer.local"])
-async def test_ssrf_allow_exempts_them_at_registration_and_call_time(make_app, aiohttp_client, fake_dns, up, host):
+async def test_ssrf_allow_exempts_them_at_registration_and_call_time(make_app, aiohttp_client, fake_dns, up,
+                                                                    host):
     fake_dns.records["svc.internal"] = [("127.0.0.1", 60)]
     fake_dns.records["printer.local"] = [("127.0.0.1", 60)]
     client, h = await _client_for(aiohttp_client, make_app, ssrf_allow=("127.0.0.0/8",))
@@ -101,7 +103,8 @@ async def test_ssrf_allow_exempts_them_at_registration_and_call_time(make_app, a
     assert up.last.target == "/v1/x"
 
 
-async def test_ssrf_allow_does_not_exempt_a_site_local_name_resolving_elsewhere(make_app, aiohttp_client, fake_dns):
+async def test_ssrf_allow_does_not_exempt_a_site_local_name_resolving_elsewhere(make_app, aiohttp_client,
+                                                                                fake_dns):
     fake_dns.records["db.internal"] = [("127.0.0.1", 60), ("93.184.216.34", 60)]
     client, h = await _client_for(aiohttp_client, make_app, ssrf_allow=("127.0.0.0/8",))
     await refused(await register(client, h, "http://db.internal/v1"))

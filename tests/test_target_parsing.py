@@ -36,7 +36,8 @@ async def scene(gateway, up, attacker, fake_dns):
     fake_dns.records["attacker.test"] = [("127.0.0.1", 60)]
     sid = await gateway.secret(KEY)
     t = f"toolhost.test:{up.port}"
-    await gateway.tool("victim", f"http://{t}/v1", [{"location": "header", "name": "X-Key", "secret_id": sid}])
+    await gateway.tool("victim", f"http://{t}/v1",
+                       [{"location": "header", "name": "X-Key", "secret_id": sid}])
     return gateway, up, attacker, t, f"attacker.test:{attacker.port}"
 
 
@@ -134,7 +135,8 @@ async def test_unambiguous_targets_go_where_their_host_says(scene, spelling, sta
 
 
 @pytest.mark.parametrize("target", ["/call/http://toolhost.test\t#@x/", "/call/http://a\nb/",
-                                    "/call/http://\u24e3oolhost.test/v1/x", "/call/http://toolhost.tes\uff54/v1/x"])
+                                    "/call/http://\u24e3oolhost.test/v1/x",
+                                    "/call/http://toolhost.tes\uff54/v1/x"])
 async def test_whitespace_or_unicode_in_a_target_never_reaches_a_tool(scene, target):
     """A tab or newline (yarl silently drops them) or a raw non-ASCII host (IDNA would map ⓣ to t) is
     refused, by aiohttp's request-line parser or by treg."""

@@ -62,11 +62,12 @@ def parse_passthrough(scheme: str, remainder: str) -> URL:
                          code="invalid_target")
     try:
         url = URL(f"{scheme}://{remainder}", encoded=True)
-        url.port  # noqa: B018 - a port out of range raises only when read
+        url.port  # noqa: B018 - yarl checks the port's range only when it is read
     except (ValueError, TypeError) as exc:
         raise BadRequest(f"the URL after /call/ is not a valid URL: {exc}", code="invalid_target") from exc
     if url.raw_user is not None or url.raw_password is not None or url.raw_fragment:
-        raise _ambiguous("the call target carries user-info or a fragment")  # pragma: no cover - refused above
+        # pragma: no cover - refused above by character; kept in case the character rules change
+        raise _ambiguous("the call target carries user-info or a fragment")
     host = (url.raw_host or "").lower()
     if not host:
         raise BadRequest("the URL after /call/ has no host; use /call/https://api.example.com/path",
