@@ -207,3 +207,18 @@ def test_parse_passthrough_is_yarls_parse():
     for bad in ("a#b", "a@b", "a\\b", "a%2eb", "a b", "\u00e4.example", "", "h:99999", "h;x"):
         with pytest.raises(BadRequest):
             parse_passthrough("http", bad + "/x")
+
+
+def test_the_relay_refuses_a_url_that_dials_elsewhere():
+    """The last guard before the send: the URL sent must dial the (scheme, host, port) the tool was
+    chosen by (here as a parser drift would produce it)."""
+    from yarl import URL
+
+    from treg.call.target import DialKey, ensure_dials
+
+    ensure_dials(URL("http://Toolhost.test:8080/x?k=1", encoded=True), DialKey("http", "toolhost.test", 8080))
+    for sent in ("http://attacker.test/#@toolhost.test:8080/x", "http://toolhost.test:8081/x",
+                 "https://toolhost.test:8080/x"):
+        with pytest.raises(BadRequest) as err:
+            ensure_dials(URL(sent, encoded=True), DialKey("http", "toolhost.test", 8080))
+        assert err.value.code == "ambiguous_target"

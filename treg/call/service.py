@@ -26,10 +26,10 @@ from treg.call import catalog_stage, evidence, headers as hdr, metered
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
-from treg.call.target import dial_key, mask_userinfo
+from treg.call.target import ensure_dials, mask_userinfo
 from treg.call.types import CallInput, CallRecord, ResolvedTarget
 from treg.context import Services
-from treg.errors import BadRequest, GatewayFailed, TregError
+from treg.errors import GatewayFailed, TregError
 from treg.events import Event
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamResponse
@@ -200,11 +200,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         state.secret_values = state.prepared.secret_values
         req = state.prepared.request
         url = upstream.parse_url(req.url)
-        if target.dial is not None and dial_key(url) != target.dial:
-            # never reached while parse_passthrough refuses every ambiguous target; kept so that a change
-            # there cannot send a tool's credential to a host other than the one it was chosen by
-            raise BadRequest("the call target's host reads differently once the query is added; "
-                             "write it as /call/https://host/path", code="ambiguous_target")
+        if target.dial is not None:
+            ensure_dials(url, target.dial)  # a passthrough's credential goes only where its tool was chosen by
         if svc.resolver is not None:
             # vet the host's current resolution before every send, kept-alive connection or not
             await svc.resolver.vet(url.raw_host or "")

@@ -77,6 +77,15 @@ def parse_passthrough(scheme: str, remainder: str) -> URL:
     return url
 
 
+def ensure_dials(url: URL, key: tuple[str, str, int | None]) -> None:
+    """The URL about to be sent dials ``key``, the (scheme, host, port) its tool was chosen by. Never
+    false while :func:`parse_passthrough` refuses every ambiguous target; checked so that a change there
+    cannot send a tool's credential to a host other than the one it was chosen for."""
+    if dial_key(url) != key:
+        raise BadRequest("the call target's host reads differently once its query is added; "
+                         "write it as /call/https://host/path", code="ambiguous_target")
+
+
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/*)[^/]*@")
 
 
