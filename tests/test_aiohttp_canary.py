@@ -65,7 +65,7 @@ def test_the_pin_is_the_verified_minor_and_installed():
           "everything below")
 
 
-def test_client_request_update_headers():
+async def test_client_request_update_headers():
     check(params(ClientRequest.update_headers) == [("self", EMPTY), ("headers", EMPTY)],
           "ClientRequest.update_headers(self, headers)", UPSTREAM)
     req = ClientRequest("GET", URL("http://upstream.test:8080/x"))

@@ -42,8 +42,8 @@ def treg_refusal(r, status: int, code: str | None = None) -> dict:
     ("/call/nope", 404, "tool_not_found"),
     ("/call/nope/a/b?c=d", 404, "tool_not_found"),
     ("/call/https://unknown.example/x", 404, "tool_not_found"),
-    ("/call/https://user:pw@unknown.example:99999/x", 404, "tool_not_found"),
-    ("/call/https://[::1/x", 404, "tool_not_found"),
+    ("/call/https://user:pw@unknown.example:99999/x", 400, "ambiguous_target"),  # user-info: refused first
+    ("/call/https://[::1/x", 400, "invalid_target"),
 ])
 async def test_bad_targets_are_clear_4xx(gateway, up, tool, target, status, code):
     r = await gateway.raw("GET", target)
@@ -295,12 +295,11 @@ async def test_interim_early_hints_skipped(gateway, up, tool):
     assert (r.status, r.body) == (200, b"ok")
 
 
-async def test_passthrough_port_out_of_range_is_a_clean_502(gateway, up, tool):
-    """The caller's own netloc reaches the upstream URL on the passthrough shape: a port yarl refuses
-    is the caller's error body, never a 500, and nothing is sent."""
+async def test_passthrough_port_out_of_range_is_a_clean_400(gateway, up, tool):
+    """The passthrough target is parsed (by the connection's rules) before any tool is chosen: a port
+    yarl refuses is the caller's 400 error body, never a 500, and nothing is sent."""
     r = await gateway.raw("GET", "/call/http://127.0.0.1:99999/v1/x")
-    assert r.status in (404, 502), (r.status, r.body)
-    treg_refusal(r, r.status)
+    treg_refusal(r, 400, "invalid_target")
     assert up.exchanges == []
 
 

@@ -303,13 +303,14 @@ async def test_platform_setting_needs_the_operators_opt_in(platform_gateway, up)
 
 
 async def test_credentials_in_the_passthrough_url_never_replace_the_injected_key(gateway, up):
-    """``/call/http://user:pw@host/...``: aiohttp would turn the userinfo into Basic auth; beside an
-    injected Authorization that is refused (a 400 naming the conflict), never sent in place of the team's key."""
+    """``/call/http://user:pw@host/...``: aiohttp would turn the userinfo into Basic auth; a target with
+    user-info is refused (400, before any tool is chosen: api.md "Passthrough targets"), never sent in
+    place of the team's key."""
     sid = await gateway.secret("sk_team_key_123456")
     await gateway.tool("keyed", up.url, [{"location": "header", "name": "Authorization", "format": "Bearer {secret}",
                                           "secret_id": sid}])
     host = up.url.split("://", 1)[1]
     r = await gateway.raw("GET", f"/call/http://user:pw@{host}/x")
     assert r.status == 400 and r.header("X-Treg-Error") == "1", (r.status, r.body)
-    assert r.json()["error"] == "url_credentials_conflict" and r.json()["blame"] == "caller"
+    assert r.json()["error"] == "ambiguous_target" and r.json()["blame"] == "caller"
     assert up.exchanges == []  # nothing sent

@@ -64,21 +64,34 @@ def parse_base_url(raw: Any) -> tuple[str, str, str]:
 
 
 async def check_ssrf(svc: Services, hostname: str) -> None:
-    """The registration-time SSRF check: a numeric or resolved internal address is refused (422)."""
+    """The registration-time SSRF check, by the rules the call-time guard applies (api.md "Registration
+    hosts"): the host normalised first (percent-encoded octets, IDNA/UTS-46, full-width and enclosed
+    digits), then a numeric or resolved internal address, or a special-use name, is refused (422)."""
     if not svc.ssrf.enabled:
         return
-    addr = ssrf.parse_numeric_host(hostname)
-    addrs = [addr] if addr is not None else []
-    if addr is None:
-        name = hostname.rstrip(".").lower()
-        if name == "localhost" or name.endswith(".localhost"):
-            addrs = [ssrf.parse_numeric_host("127.0.0.1")]  # type: ignore[list-item]
-        elif svc.resolver is not None:
+    name = ssrf.normalize_host(hostname)
+    addr = ssrf.parse_numeric_host(name)
+    if addr is not None:
+        refused = svc.ssrf.refused([addr])
+    elif ssrf.loopback_name(name):
+        # like the call-time resolver: the loopback addresses TREG_SSRF_ALLOW permits are dialled
+        loop = svc.ssrf.refused(ssrf.LOOPBACK)
+        refused = loop if len(loop) == len(ssrf.LOOPBACK) else []
+    else:
+        addrs = []
+        if svc.resolver is not None:
             try:
                 addrs = await svc.resolver.addresses(name)
             except Exception:  # unresolvable now: the call-time guard decides later
                 addrs = []
-    refused = svc.ssrf.refused(a for a in addrs if a is not None)
+        if ssrf.site_local_name(name):
+            if not addrs or not all(svc.ssrf.exempt(a) for a in addrs):
+                raise Unprocessable(f"base_url's host {name} is a special-use name (*.local, *.internal) that "
+                                    "only ever names a network's inside; treg only relays to public hosts "
+                                    "(TREG_SSRF_ALLOW exempts CIDRs for local development)",
+                                    code="ssrf_refused", refused_by="ssrf")
+            return
+        refused = svc.ssrf.refused(addrs)
     if refused:
         raise Unprocessable(f"base_url points at an internal address ({refused[0]}); treg only relays to "
                             "public hosts (TREG_SSRF_ALLOW exempts CIDRs for local development)",

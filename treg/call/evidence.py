@@ -18,6 +18,8 @@ from urllib.parse import unquote_plus
 
 from treg.call import encodings
 
+from treg.call.target import mask_userinfo
+
 MASK = "[REDACTED]"
 REQUEST_BODY_MAX = 64 * 1024  # a declared-length caller body up to this is kept
 RESPONSE_HEAD_MAX = 8 * 1024  # the head of a failed response that is peeked and replayed
@@ -151,7 +153,7 @@ def redact_headers(headers: Iterable[tuple[str, str]], r: Redactor) -> list[list
 
 
 def redact_url(url: str, r: Redactor) -> str:
-    url = r.text(url)
+    url = mask_userinfo(r.text(url), MASK)  # a base URL's user:pw@ is a credential too
     base, sep, query = url.partition("?")
     if not sep:
         return url

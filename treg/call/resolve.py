@@ -4,10 +4,12 @@ Two shapes (the seed's "Tool resolution"):
 
 * named: ``/call/<tool>/<path>`` → the org's tool of that name; upstream = base URL + ``/<path>``
   (no path: the base URL itself, no trailing slash added);
-* URL passthrough: ``/call/https://host/path`` → the org's tools on that host, filtered by what the
-  caller may use, then the longest base-URL prefix on a path-segment boundary. A tie prefers the one
-  provider-backed tool; otherwise 409 naming the colliding tools. Candidates removed only by the ACL
-  give 403 naming just the host.
+* URL passthrough: ``/call/https://host/path`` → parsed once by the rules of the connection that will
+  send it (:mod:`treg.call.target`; an ambiguous host is a 400 before any tool is looked at), then the
+  org's tools dialling the same (scheme, host, port), filtered by what the caller may use, then the
+  longest base-URL path prefix on a path-segment boundary. A tie prefers the one provider-backed tool;
+  otherwise 409 naming the colliding tools. Candidates removed only by the ACL give 403 naming just
+  the host.
 
 Both are scoped to the caller's org. A named miss is offered to the catalog (when one is loaded)
 before the 404.
@@ -20,8 +22,10 @@ from typing import Any, Awaitable, Callable, Iterable
 from urllib.parse import unquote
 
 from sqlalchemy import and_, select
+from yarl import URL
 
 from treg.bindings import Binding
+from treg.call.target import DialKey, dial_key, parse_passthrough
 from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.context import Services
 from treg.domain.access import tool_usable
@@ -43,12 +47,15 @@ class OrgTools(tuple):  # type: ignore[type-arg]
     call then costs one dict lookup however many tools the org has."""
 
     by_name: dict[str, ToolRef]
+    #: passthrough candidates by the (scheme, host, port) their base URL dials
+    by_dial: dict[DialKey, list[tuple[ToolRef, str]]]
 
     def __new__(cls, items: Iterable[ToolRef]) -> "OrgTools":
         self = super().__new__(cls, items)
         self.by_name = {}
         for tool in self:
             self.by_name.setdefault(tool.name, tool)  # the first of a name, as a scan would find
+        self.by_dial = _by_dial(self)
         return self
 
 
@@ -87,11 +94,6 @@ def usable(ident: Identity, tool: ToolRef) -> bool:
                        tool_project_id=tool.project_id, allowed_member_ids=tool.allowed_member_ids)
 
 
-def _strip_query(url: str) -> tuple[str, str]:
-    base, _, query = url.partition("?")
-    return base, query
-
-
 def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTarget:
     if path is None:
         upstream = tool.base  # a tool pinned to a full resource relays as-is (no trailing slash)
@@ -102,37 +104,44 @@ def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTar
                           credential_tier="tool")
 
 
-def _base_key(tool: ToolRef) -> str:
-    base, _ = _strip_query(tool.base_url)
-    scheme, _, rest = base.partition("://")
-    netloc, slash, path = rest.partition("/")
-    return f"{scheme.lower()}://{netloc.rpartition('@')[2].lower()}{slash}{path}".rstrip("/")
-
-
 def prefix_matches(norm: str, base: str) -> bool:
     """Segment-boundary prefix: .../v1 matches .../v1 and .../v1/x, never .../v10/x."""
     return norm == base or norm.startswith(base + "/")
 
 
+def _by_dial(tools_: Iterable[ToolRef]) -> dict[DialKey, list[tuple[ToolRef, str]]]:
+    """The tools by the (scheme, host, port) their base URL dials, each with its path (no trailing
+    ``/``): parsed by the same rules as a passthrough target, so both sides of the match are one parse.
+    A base URL yarl cannot parse cannot be dialled either: it serves no passthrough."""
+    out: dict[DialKey, list[tuple[ToolRef, str]]] = {}
+    for tool in tools_:
+        try:
+            url = URL(tool.base, encoded=True)
+            key = dial_key(url)
+        except (ValueError, TypeError):
+            continue
+        out.setdefault(key, []).append((tool, url.raw_path.rstrip("/")))
+    return out
+
+
 def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: str, remainder: str,
                        raw_query: str) -> ResolvedTarget:
-    netloc, slash, path = remainder.partition("/")
-    host = netloc.rpartition("@")[2].lower()
-    if not host:
-        raise BadRequest("the URL after /call/ has no host; use /call/https://api.example.com/path",
-                         code="invalid_target")
-    norm = f"{scheme}://{host}{slash}{path}".rstrip("/")
-    on_host = [t for t in all_tools if t.host == host and _base_key(t).split("://", 1)[0] == scheme]
-    matching = [t for t in on_host if prefix_matches(norm, _base_key(t))]
-    allowed = [t for t in matching if usable(ident, t)]
+    url = parse_passthrough(scheme, remainder)  # refuses an ambiguous target before any tool is looked at
+    key = dial_key(url)
+    index = all_tools.by_dial if isinstance(all_tools, OrgTools) else _by_dial(all_tools)
+    path = url.raw_path.rstrip("/")
+    matching = [(t, base) for t, base in index.get(key, ()) if prefix_matches(path, base)]
+    allowed = [(t, base) for t, base in matching if usable(ident, t)]
+    host = url.raw_authority.lower()
     if not allowed:
         if matching:
             raise Forbidden(f"you may not use the tools of this org for {host}", code="tool_forbidden",
                             refused_by="acl")
-        raise NotFound(f"no tool of this org serves {scheme}://{host}{slash}{path.split('/')[0] if path else ''}; "
+        first = path.lstrip("/").split("/")[0]
+        raise NotFound(f"no tool of this org serves {scheme}://{host}/{first}; "
                        "register one with POST /api/v1/tools", code="tool_not_found")
-    longest = max(len(_base_key(t)) for t in allowed)
-    best = [t for t in allowed if len(_base_key(t)) == longest]
+    longest = max(len(base) for _, base in allowed)
+    best = [t for t, base in allowed if len(base) == longest]
     if len(best) > 1:
         backed = [t for t in best if t.provider_backed]
         if len(backed) == 1:
@@ -144,9 +153,9 @@ def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: 
                            candidates=[{"name": t.name, "id": t.id, "base_url": t.base_url} for t in best],
                            hint=f"/call/{names[0]}/<path>")
     tool = best[0]
-    upstream = f"{scheme}://{netloc}{slash}{path}"
-    return ResolvedTarget(upstream_url=upstream, query=tuple(split_query(raw_query)), tool=tool,
-                          bindings=tool.bindings, provider=tool.host, credential_tier="tool")
+    # the text as the caller wrote it (validated: re-parsing it yields ``key`` again; the relay checks)
+    return ResolvedTarget(upstream_url=f"{scheme}://{remainder}", query=tuple(split_query(raw_query)), tool=tool,
+                          bindings=tool.bindings, provider=tool.host, credential_tier="tool", dial=key)
 
 
 def parse_rest(rest: str) -> tuple[str, Any, Any]:

@@ -26,6 +26,7 @@ from treg.call import catalog_stage, encodings, evidence, headers as hdr, metere
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
+from treg.call.target import ensure_dials, mask_userinfo
 from treg.call.types import CallInput, CallRecord, PendingBody, ResolvedTarget
 from treg.context import Services
 from treg.errors import DatabaseError, GatewayFailed, TregError
@@ -105,7 +106,7 @@ class CallState:
         # positional, in CallRecord's field order: built on every call, and keywords cost three times as much
         return CallRecord(
             inp.call_id, self.ident.org_id, self.ident.member_id, inp.surface, inp.method,
-            self._masked(inp.rest[:2000]), outcome, status,
+            mask_userinfo(self._masked(inp.rest[:2000]), evidence.MASK), outcome, status,
             evidence.redact_url(t.upstream_url, self.redactor if self.secret_values else evidence.NO_SECRETS)
             if t else None,
             tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
@@ -249,6 +250,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         state.secret_values = state.prepared.secret_values
         req = state.prepared.request
         url = upstream.parse_url(req.url)
+        if target.dial is not None:
+            ensure_dials(url, target.dial)  # a passthrough's credential goes only where its tool was chosen by
         if svc.resolver is not None:
             # vet the host's current resolution before every send, kept-alive connection or not
             await svc.resolver.vet(url.raw_host or "")

@@ -104,6 +104,8 @@ class ResolvedTarget:
     extra_headers: tuple[tuple[str, str], ...] = ()  # constant headers a provider requires
     billed: bool = False
     catalog: Any = None  # the catalog's own frozen target, when the catalog resolved the call
+    #: a passthrough's (scheme, host, port) the tool was chosen by: the URL sent must dial exactly that
+    dial: tuple[str, str, int | None] | None = None
 
     @property
     def project_id(self) -> str | None:

@@ -40,7 +40,8 @@ import dns.rdatatype
 import dns.resolver
 
 from treg.errors import ConfigError, GatewayFailed, TregError
-from treg.infra.ssrf import IPAddress, SsrfPolicy, parse_numeric_host
+from treg.infra.ssrf import (IPAddress, SsrfPolicy, loopback_name, normalize_host, parse_numeric_host,
+                             site_local_name)
 from treg.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,9 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         if not self._check:
             return list(addrs)
         refused = tuple(a for a in addrs if not self._allowed(a))
+        if not refused and site_local_name(name):
+            # *.local / *.internal name a network's inside whatever they resolve to: only exempted ones
+            refused = tuple(a for a in addrs if not self._policy.exempt(a))
         if refused:
             if _is_localhost(name) and len(refused) < len(addrs):
                 # localhost is a fixed mapping, not an answer anyone controls: dial the loopback
@@ -355,16 +359,17 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
 
 
 def _is_localhost(name: str) -> bool:
-    """``localhost`` and ``*.localhost`` are loopback by definition (RFC 6761): never asked of DNS."""
-    return name == "localhost" or name.endswith(".localhost")
+    """``localhost``, ``*.localhost`` (RFC 6761), ``localhost.localdomain`` and ``ip6-localhost`` are
+    loopback by definition: never asked of DNS (the registration check reads them the same way)."""
+    return loopback_name(name)
 
 
 def _normalize(host: str) -> tuple[str, tuple[IPAddress, ...] | None]:
-    """(lower-case name without trailing dot, fixed addresses when no DNS is needed)."""
-    numeric = parse_numeric_host(host)
+    """(the name as the registration check normalises it, fixed addresses when no DNS is needed)."""
+    name = normalize_host(host)
+    numeric = parse_numeric_host(name)
     if numeric is not None:
         return str(numeric), (numeric,)
-    name = host.strip().rstrip(".").lower()
     if _is_localhost(name):
         return name, _LOOPBACK
     if not name:

@@ -6,14 +6,25 @@ reserved, multicast, unspecified, CGNAT 100.64.0.0/10 (Tailscale, Fly, Alibaba's
 -compatible IPv6 of a non-global IPv4, 6to4/Teredo wrapping one. Numeric host spellings that
 ``inet_aton`` accepts (``2130706433``, ``0x7f000001``, ``0177.0.0.1``, ``127.1``) are normalized
 first, so they cannot slip past as "not an IP". ``TREG_SSRF_ALLOW`` CIDRs are exempt.
+
+A host as written is normalised before any of that (:func:`normalize_host`): percent-encoded octets
+decoded, IDNA UTS-46 mapping (full-width and enclosed digits and dots: ``①②⑦.⓪.⓪.①`` and
+``１２７.０.０.１`` are ``127.0.0.1``). Special-use names are internal by name: the loopback names
+(:func:`loopback_name`) mean 127.0.0.1 and ::1 and are never asked of DNS; ``*.local`` (mDNS) and
+``*.internal`` (cloud-private zones) only ever name a network's inside, so they are refused unless every
+address they resolve to is exempted by ``TREG_SSRF_ALLOW`` (:func:`site_local_name`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import unicodedata
 from dataclasses import dataclass
 from typing import Iterable
+from urllib.parse import unquote
+
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -27,6 +38,43 @@ _ALSO_INTERNAL = tuple(ipaddress.ip_network(n) for n in (
     "192.88.99.0/24",  # deprecated 6to4 relay anycast
     "fec0::/10",  # deprecated site-local
 ))
+
+
+#: names that are the loopback by definition (RFC 6761) or by every system's hosts file
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+_SITE_LOCAL = ("local", "internal")
+LOOPBACK = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
+
+
+def normalize_host(host: str) -> str:
+    """The name or address a host spelling means to a resolver: percent-encoded octets decoded
+    (repeatedly: ``%2531`` is ``1`` to a client that decodes twice), IDNA UTS-46 mapping (full-width
+    and enclosed characters become ASCII, upper case lower), no trailing dot. An IPv6 literal or a name
+    IDNA refuses (``_`` in a label) is NFKC-normalised and lower-cased instead."""
+    h = host.strip()
+    for _ in range(4):
+        decoded = unquote(h)
+        if decoded == h:
+            break
+        h = decoded
+    if h.startswith("[") or ":" in h:
+        return h.lower()
+    if not h.isascii():
+        try:
+            h = idna.encode(h, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError):
+            h = unicodedata.normalize("NFKC", h)
+    return h.rstrip(".").lower()
+
+
+def loopback_name(name: str) -> bool:
+    """``localhost``, ``*.localhost``, ``localhost.localdomain``, ``ip6-localhost`` (a normalised name)."""
+    return name in _LOOPBACK_NAMES or name.endswith(".localhost")
+
+
+def site_local_name(name: str) -> bool:
+    """``*.local`` and ``*.internal`` (a normalised name): special-use names of a network's inside."""
+    return name.rpartition(".")[2] in _SITE_LOCAL
 
 
 def parse_numeric_host(host: str) -> IPAddress | None:
@@ -100,6 +148,14 @@ class SsrfPolicy:
             if any(addr.ipv4_mapped in net for net in self.allow if net.version == 4):
                 return True
         return not is_internal(addr)
+
+    def exempt(self, addr: IPAddress) -> bool:
+        """Is ``addr`` inside a ``TREG_SSRF_ALLOW`` CIDR (or the guard off)?"""
+        if not self.enabled:
+            return True
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped
+        return any(addr in net for net in self.allow if net.version == addr.version)
 
     def refused(self, addrs: Iterable[IPAddress]) -> list[IPAddress]:
         return [a for a in addrs if not self.allowed(a)]
