@@ -32,7 +32,7 @@ from treg.errors import GatewayFailed, TregError
 from treg.events import Event
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamResponse
-from treg.plugins import emit, spool_evidence_paths
+from treg.plugins import call_hook, has_impls, spool_evidence_paths
 from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
@@ -129,9 +129,9 @@ def _audit(svc: Services, rec: CallRecord) -> None:
     writer = svc.extras.get("audit")
     if writer is not None:
         writer.record(rec)
-    if not svc.pm.hook.treg_event.get_hookimpls():
+    if not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
-    emit(svc.pm, Event("tool_called", {
+    call_hook(svc.pm, "treg_event", event=Event("tool_called", {
         "call_id": rec.id, "org_id": rec.org_id, "member_id": rec.member_id, "surface": rec.surface,
         "method": rec.method, "outcome": rec.outcome, "status": rec.status, "refused_by": rec.refused_by,
         "error_code": rec.error_code, "blame": rec.blame, "tool_id": rec.tool_id, "tool_name": rec.tool_name,
