@@ -28,7 +28,7 @@ from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
 from treg.call.types import CallInput, CallRecord, ResolvedTarget
 from treg.context import Services
-from treg.errors import GatewayFailed, TregError
+from treg.errors import GatewayFailed, SsrfRefused, TregError
 from treg.events import Event
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamResponse
@@ -142,7 +142,7 @@ def _audit(svc: Services, rec: CallRecord) -> None:
 
 
 def _failure_record(state: CallState, exc: TregError) -> CallRecord:
-    refused = exc.refused_by is not None or exc.status < 500 or exc.code == "ssrf_refused"
+    refused = exc.refused_by is not None or exc.status < 500 or isinstance(exc, SsrfRefused)
     err_req = state.request_evidence()
     err_resp = None
     if err_req is not None:

@@ -50,7 +50,7 @@ def compile_statement(stmt: ClauseElement | str, params: Mapping[str, Any] | Non
     return Compiled(str(compiled), out)
 
 
-def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError:
+def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
     code = exc.pgcode or ""
     if code.startswith("23"):  # integrity_constraint_violation class
         constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
