@@ -56,3 +56,13 @@ def test_the_parser_sees_a_wrong_signature():
     text = "## Hooks\n\n### treg_event\n\n`treg_event(evt) -> None`. Contained.\n\n## Next\n"
     assert documented_params("treg_event", hook_sections(text)["treg_event"]) == ["evt"]
     assert list(hook_sections(text)) == ["treg_event"]
+
+
+@pytest.mark.parametrize("name", hookspecs.hook_names())
+def test_hook_docstring_says_when_what_and_none(name):
+    doc = inspect.getdoc(getattr(hookspecs, name)) or ""
+    assert re.search(r"\bcalled\b", doc, re.I), f"{name}: the docstring says when it is called"
+    assert re.search(r"\breturns?\b", doc, re.I), f"{name}: the docstring says what it returns"
+    assert "None" in doc, f"{name}: the docstring says what None means"
+    word = {hookspecs.CONTAINED: r"\bcontained\b", hookspecs.FAIL_CLOSED: r"\bfail[- ]closed\b"}[hookspecs.policy_of(name)]
+    assert re.search(word, doc, re.I), f"{name}: the docstring states its policy"
