@@ -42,7 +42,8 @@ these classes (``isinstance``), never on ``code`` strings; every code is listed 
         ├── ConfigError          500 config_error                    startup refuses
         │   ├── CatalogError          500 invalid_catalog            (treg.catalog.errors)
         │   └── PluginFailed          500 plugin_failed              (treg.plugins)
-        ├── DatabaseError        503 database_unavailable            unreachable, pool, aborted tx
+        ├── DatabaseError        503 database_unavailable            unreachable, aborted tx
+        │   └── DbPoolExhausted  503 db_pool                         no pooled connection in time
         └── DecryptError         500 secret_undecryptable            (treg.infra.crypto)
 
 A class's ``code``/``status``/``blame`` are defaults: a raise site may pass a more specific ``code``
@@ -157,6 +158,12 @@ class DatabaseError(TregError):
     """The database is unreachable, its pool exhausted, or it aborted the request (treg's problem)."""
 
     status, code, blame = 503, "database_unavailable", "treg"
+
+
+class DbPoolExhausted(DatabaseError):
+    """No pooled connection came free in time: treg's capacity (the call path records it apart)."""
+
+    code = "db_pool"
 
 
 class IntegrityError(Conflict):

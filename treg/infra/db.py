@@ -22,7 +22,7 @@ import psycopg2.extras
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
-from treg.errors import DatabaseError, IntegrityError
+from treg.errors import DatabaseError, DbPoolExhausted, IntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,7 @@ class Database:
             async with asyncio.timeout(self._timeout):
                 conn = await self._pool.acquire()
         except (TimeoutError, psycopg2.Error) as exc:
-            raise DatabaseError("no database connection available (pool exhausted or server down)",
-                                code="db_pool") from exc
+            raise DbPoolExhausted("no database connection available (pool exhausted or server down)") from exc
         self.in_use += 1
         self.peak_in_use = max(self.peak_in_use, self.in_use)
         task = asyncio.current_task()
