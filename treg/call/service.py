@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money, tenancy
-from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered
+from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, redirects
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
@@ -232,10 +232,12 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     try:
         if inp.surface == "catalog":
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
+        elif inp.surface == "redirect":
+            inp, target = redirects.redirect_target(svc, ident, inp)
         else:
             inp, target = await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)
         state.inp, state.target = inp, target
-        await authorize(svc, ident, inp.method, target)
+        await authorize(svc, ident, inp.method, target, inp.headers)
         if target.billed:  # reserve stage: the platform tier only
             replay = await _reserve(svc, state)
             if replay is not None:
@@ -324,6 +326,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
     spooled: metered.Spooled | None = None
     try:
+        if "location" in resp.index or "content-location" in resp.index:
+            relayed = _treg_locations(svc, state, relayed)
         if ok and target.catalog.spooled_response:
             budget = svc.extras.setdefault("spool_budget", metered.SpoolBudget())
             spooled = await metered.spool_answer(resp, budget)
@@ -373,6 +377,12 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
                        content_length=length, has_content_type="content-type" in names, has_server="server" in names)
 
 
+def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A client following a relayed redirect must come back through treg (treg/call/redirects.py)."""
+    assert state.ident is not None and state.target is not None
+    return redirects.rewrite_locations(svc, state.ident, state.inp, state.target, headers, state._masked)
+
+
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
     body = resp.body
     err_head: tuple[bytes, bool] | None = None
@@ -387,6 +397,8 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
             raise
         err_head = (head, more)
     out_headers = hdr.response_headers(resp.headers)
+    if "location" in resp.index or "content-location" in resp.index:
+        out_headers = _treg_locations(svc, state, out_headers)
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
     index = resp.index
