@@ -127,7 +127,7 @@ async def test_text_postgresql_cannot_store_loses_no_rows(tool):
     assert nul.status == 400 and await nul.read() == b'{"error": "bad\x00byte"}'  # the caller's bytes untouched
     fine = await gateway.call("GET", "/call/missing/y")
     org_id = gateway.org["org_id"]
-    gateway.services.extras["audit"].record(CallRecord(id="call_surrogate", org_id=org_id, member_id=None,
+    gateway.services.audit.record(CallRecord(id="call_surrogate", org_id=org_id, member_id=None,
                                                        surface="call", method="GET", target="a\ud800b\\u0000",
                                                        outcome="refused"))
     calls = {c["call_id"]: c for c in await gateway.calls()}

@@ -35,7 +35,7 @@ async def test_changes_in_one_process_reach_the_other(aiohttp_client, make_app):
             return up.last.header("X-K") if r.status == 200 else r.status
 
         await _eventually(b_key, "first-secret-1")
-        assert gb.services.extras["tools_cache"].hits >= 0
+        assert gb.services.caches.tools.hits >= 0
         # warm B's caches, then change the binding through A
         await b_key()
         s2 = await ga.secret("second-secret-2", name="k2")
@@ -65,9 +65,9 @@ async def test_caches_are_hit_in_steady_state(gateway):
         # then not stored); after that every call is a hit
         for _ in range(10):
             assert (await gateway.call("GET", "/call/t/x")).status == 200
-        extras = gateway.services.extras
-        for name in ("identity_cache", "tools_cache", "secrets_cache"):
-            assert extras[name].hits >= 6, (name, extras[name].hits, extras[name].misses)
+        caches = gateway.services.caches
+        for cache in (caches.identity, caches.tools, caches.secrets):
+            assert cache.hits >= 6, (cache.name, cache.hits, cache.misses)
 
 
 async def test_lost_listener_bypasses_caches(gateway):
@@ -88,7 +88,7 @@ async def test_lost_listener_bypasses_caches(gateway):
 
 
 async def _enabled(svc):
-    return svc.extras["tools_cache"].enabled
+    return svc.caches.tools.enabled
 
 
 async def test_a_load_racing_a_change_is_not_cached_and_misses_share_one_load():

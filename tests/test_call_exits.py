@@ -167,7 +167,7 @@ async def test_pool_timeout_before_identity_is_an_intake_event_only(env):
     assert ev["surface"] == "call" and ev["failure_kind"] == "db_pool" and ev["call_id"] == call_id
     assert not {"org_id", "member_id", "tool_id", "provider", "endpoint_id"} & set(ev)  # nothing of who or what
     assert events.named("tool_called") == [] and up.exchanges == []
-    await gw.services.extras["audit"].flush()
+    await gw.services.audit.flush()
     r = await gw.call("GET", f"/api/v1/calls/{call_id}")
     assert r.status == 404  # no org to record it under
 

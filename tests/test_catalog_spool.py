@@ -56,7 +56,7 @@ async def test_spooled_answer_settles_from_usage_and_relays_every_byte(gem):
     assert r.status == 200 and body == payload
     assert r.headers["Content-Length"] == str(len(payload))
     assert r.headers["X-Treg-Cost-Micro"] == str(1234 * 2)
-    budget = gw.services.extras["spool_budget"]
+    budget = gw.services.spool_budget
     for _ in range(200):  # the handler closes the spool just after its last write reaches the client
         if budget.used == 0:
             break
@@ -72,13 +72,13 @@ async def test_spool_over_its_limit_is_502_and_free(gem, monkeypatch):
     assert r.status == 502 and body["error"] == "response_buffer_limit" and r.headers["X-Treg-Cost-Micro"] == "0"
     bal = await gw.api("GET", "/api/v1/balance")
     assert bal["balance_micro"] == 1_000_000 and bal["held_micro"] == 0
-    assert gw.services.extras["spool_budget"].used == 0
+    assert gw.services.spool_budget.used == 0
 
 
 async def test_spool_budget_refuses_whole_answers_temporarily(gem):
     gw, up, payload = gem
     budget = metered.SpoolBudget(total=len(payload) + 10)  # room for one answer at a time
-    gw.services.extras["spool_budget"] = budget
+    gw.services.spool_budget = budget
     gate = asyncio.Event()
 
     async def trickle(ex):
@@ -111,7 +111,7 @@ async def test_spool_budget_refuses_whole_answers_temporarily(gem):
 async def test_spool_budget_is_claimed_whole_from_content_length(gem):
     gw, up, payload = gem
     budget = metered.SpoolBudget(total=len(payload) - 1)  # too small for one whole answer
-    gw.services.extras["spool_budget"] = budget
+    gw.services.spool_budget = budget
     r = await gw.call("POST", "/catalog/call/gem.generate", json={})
     body = await r.json()
     assert r.status == 502 and "temporary" in body["detail"] and budget.used == 0

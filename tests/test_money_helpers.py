@@ -8,19 +8,15 @@ from sqlalchemy import func, select
 
 from treg import plugins
 from treg.context import Services
-from treg.infra import crypto
+from treg.factory import build_services
 from treg.infra.db import Database
 from treg.infra.schema import credit_grants, holds, money_daily, org_balances, tag_budgets
-from treg.infra.ssrf import SsrfPolicy
 from treg.settings import Settings
 
 
 async def open_services(dsn: str, settings: Settings, *, maxsize: int = 10) -> Services:
     db = await Database(dsn, minsize=1, maxsize=maxsize, timeout=30.0).open()
-    pm = plugins.create_manager(None)
-    return Services(settings=settings, db=db, box=crypto.load_box(settings), pm=pm,
-                    injectors=plugins.collect_injectors(pm),
-                    ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
+    return build_services(settings, db, pm=plugins.create_manager(None))
 
 
 async def check_books(svc: Services, org_id: str) -> dict[str, Any]:

@@ -144,7 +144,7 @@ async def test_platform_key_echoed_in_its_forms_is_masked_and_its_redactor_memoi
             r = await gw.call("GET", "/catalog/call/acme.items.get?item_id=1")
             assert r.status == 401 and r.headers["X-Treg-Credential-Tier"] == "platform"
             ids.append(r.headers["X-Treg-Call-Id"])
-        memo = gw.services.extras["platform_redactors"]
+        memo = gw.services.platform_redactors
         for call_id in ids:
             for _ in range(200):
                 detail = await gw.api("GET", f"/api/v1/calls/{call_id}")

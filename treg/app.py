@@ -17,11 +17,10 @@ from aiohttp.abc import AbstractAccessLogger
 
 from treg import logs, plugins
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
-from treg.context import Services
+from treg.factory import build_services
 from treg.infra import crypto, dns, migrate, upstream
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
-from treg.infra.ssrf import SsrfPolicy
 from treg.keys import CLIENT, SERVICES, SETTINGS
 from treg.settings import Settings
 from treg.call import runtime as call_runtime
@@ -86,8 +85,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         await db.close()
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
-        svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors, catalog=catalog,
-                       ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
+        svc = build_services(settings, state["db"], pm=pm, injectors=injectors, box=box, catalog=catalog)
         app[SERVICES] = svc
         closers = []
         for setup in COMPONENTS:

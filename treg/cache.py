@@ -1,8 +1,8 @@
 """In-process caches for what rarely changes (identities, tools, deny rules, secrets) that stay
 correct when another treg process on the same database changes the data.
 
-Writes call ``tenancy.notify(tx, kind, org_id)``, which PostgreSQL delivers on commit to every
-process LISTENing on ``treg_changes``; the listener drops that org's entries. If the listening
+Writes go through ``tenancy.changes(svc, kind, org_id)``, whose NOTIFY PostgreSQL delivers on commit
+to every process LISTENing on ``treg_changes``; the listener drops that org's entries. If the listening
 connection is lost, every cache is cleared and bypassed until it is back, so a missed notification
 can never serve stale data. As a second guard every entry also expires after ``TREG_CACHE_TTL_S``.
 """
@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, ClassVar, Generic, Hashable, Iterable, Iterator, TypeVar
 
 import aiopg
 import psycopg2
@@ -101,12 +102,67 @@ class OrgCache(Generic[T]):
             self._inflight.pop(key, None)
 
 
+class NullCache(OrgCache[T]):
+    """The cache of a process that keeps none (the CLI, domain tests: no change listener runs): every
+    get misses, every load runs, nothing is stored, and no listener can switch it on. Callers use it
+    exactly like an :class:`OrgCache`, so no use site asks whether caching is on."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ttl_s=0.0, max_entries=0)
+
+    @property  # type: ignore[override]
+    def enabled(self) -> bool:
+        return False
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        pass  # never on: a null cache has nothing the listener could keep correct
+
+    def get(self, key: Hashable) -> T | None:
+        return None
+
+    def put(self, key: Hashable, value: T, *, org_id: str, epoch: int | None = None) -> None:
+        pass
+
+    async def get_or_load(self, key: Hashable, org_id: str, load: Callable[[], Awaitable[T]]) -> T:
+        return await load()
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The per-org caches of one process: who a token is, an org's tools, deny rules and secret rows.
+
+    :meth:`off` (null caches) until the call runtime installs real ones with their listener."""
+
+    identity: OrgCache[Any]
+    tools: OrgCache[Any]
+    deny: OrgCache[Any]
+    secrets: OrgCache[Any]
+
+    @classmethod
+    def off(cls) -> "Caches":
+        return cls(*(NullCache(name) for name in cls.NAMES))
+
+    @classmethod
+    def live(cls, ttl_s: float) -> "Caches":
+        return cls(*(OrgCache(name, ttl_s) for name in cls.NAMES))
+
+    def __iter__(self) -> Iterator[OrgCache[Any]]:
+        return iter((self.identity, self.tools, self.deny, self.secrets))
+
+    def drop_org(self, org_id: str) -> None:
+        for cache in self:
+            cache.drop_org(org_id)
+
+    NAMES: ClassVar[tuple[str, ...]] = ("identity_cache", "tools_cache", "deny_cache", "secrets_cache")
+
+
 class ChangeListener:
     """One dedicated connection LISTENing for changes; drops cache entries as they arrive."""
 
-    def __init__(self, dsn: str, caches: list[OrgCache[Any]]) -> None:
+    def __init__(self, dsn: str, caches: Iterable[OrgCache[Any]]) -> None:
         self._dsn = dsn
-        self._caches = caches
+        self._caches = list(caches)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.connected = asyncio.Event()

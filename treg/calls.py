@@ -25,9 +25,7 @@ MAX_LIMIT = 500
 
 async def _flush(svc: Services) -> None:
     # the writer batches; a reader must see its own calls
-    writer = svc.extras.get("audit")
-    if writer is not None:
-        await writer.flush()
+    await svc.audit.flush()
 
 
 async def list_calls(svc: Services, ident: Identity, limit_text: str | None) -> list[dict[str, Any]]:

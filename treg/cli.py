@@ -32,11 +32,10 @@ def _progress(label: str) -> Callable[[int, int], None]:
 async def _with_services(settings: Settings, fn: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
     """Run ``fn(services)`` with a migrated database and no HTTP server (operator commands)."""
     from treg import plugins
-    from treg.context import Services
+    from treg.factory import build_services
     from treg.infra import crypto, migrate
     from treg.infra.database_url import resolve_dsn
     from treg.infra.db import Database
-    from treg.infra.ssrf import SsrfPolicy
 
     # plugins and the key first, as `treg serve` does: a bad plugin is reported before any database work
     pm = plugins.create_manager(settings.plugins_dir)
@@ -47,8 +46,7 @@ async def _with_services(settings: Settings, fn: Callable[[Any], Coroutine[Any, 
     await loop.run_in_executor(None, migrate.upgrade, dsn)
     db = await Database(dsn, minsize=1, maxsize=2).open()
     try:
-        svc = Services(settings=settings, db=db, box=box, pm=pm, injectors=injectors,
-                       ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
+        svc = build_services(settings, db, pm=pm, injectors=injectors, box=box)
         return await fn(svc)
     finally:
         await db.close()

@@ -12,7 +12,7 @@ from treg.domain.deny import DenyRule
 from treg.errors import BadRequest, NotFound, Unprocessable
 from treg.ids import new_id
 from treg.infra.schema import deny_rules, members, projects
-from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, require_manager
+from treg.tenancy import Identity, changes, refuse_unknown_fields, require_manager
 
 _HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$")
 _METHOD = re.compile(r"^[A-Za-z]{1,16}$")
@@ -44,7 +44,7 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
         if value is not None and not isinstance(value, str):
             raise BadRequest(f"{key} must be an id (a string) or null",
                              code="invalid_member" if key == "member_id" else "invalid_project")
-    async with svc.db.tx() as tx:
+    async with changes(svc, "deny", ident.org_id) as tx:
         if member_id is not None and await tx.scalar(select(members.c.id).where(and_(
                 members.c.id == member_id, members.c.org_id == ident.org_id))) is None:
             raise Unprocessable("member_id is not a member of this org", code="unknown_member")
@@ -55,8 +55,6 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
             id=new_id("deny"), org_id=ident.org_id, host=host.strip().lower(), path=path,
             method=method.upper() if method else None, member_id=member_id, project_id=project_id, reason=reason,
         ).returning(*COLUMNS))
-        await notify(tx, "deny", ident.org_id)
-    forget_local(svc, ident.org_id)
     assert row is not None
     return row
 
@@ -70,13 +68,11 @@ async def list_rules(svc: Services, ident: Identity) -> list[dict[str, Any]]:
 
 async def delete_rule(svc: Services, ident: Identity, rule_id: str) -> None:
     require_manager(ident)
-    async with svc.db.tx() as tx:
+    async with changes(svc, "deny", ident.org_id) as tx:
         n = await tx.execute(delete(deny_rules).where(and_(deny_rules.c.id == rule_id,
                                                            deny_rules.c.org_id == ident.org_id)))
         if not n:
             raise NotFound("no such deny rule in this org", code="deny_rule_not_found")
-        await notify(tx, "deny", ident.org_id)
-    forget_local(svc, ident.org_id)
 
 
 async def load_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:

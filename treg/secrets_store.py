@@ -17,7 +17,7 @@ from treg.errors import BadRequest, Conflict, IntegrityError, NotFound
 from treg.ids import new_id
 from treg.infra.crypto import SecretBox
 from treg.infra.schema import secrets, tools
-from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, require_manager
+from treg.tenancy import Identity, changes, refuse_unknown_fields, require_manager
 
 _PROVIDER = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 PUBLIC_COLUMNS = (secrets.c.id, secrets.c.name, secrets.c.provider, secrets.c.created_at, secrets.c.updated_at)
@@ -46,12 +46,10 @@ async def create_secret(svc: Services, ident: Identity, body: dict[str, Any]) ->
     plaintext, is_json = _encode_value(body.get("value"))
     secret_id = new_id("sec")
     blob = svc.box.encrypt(plaintext, org_id=ident.org_id, secret_id=secret_id)
-    async with svc.db.tx() as tx:
+    async with changes(svc, "secrets", ident.org_id) as tx:
         row = await tx.fetch_one(
             insert(secrets).values(id=secret_id, org_id=ident.org_id, name=name.strip(), provider=provider, blob=blob,
                                    key_id=svc.box.blob_key_id(blob), is_json=is_json).returning(*PUBLIC_COLUMNS))
-        await notify(tx, "secrets", ident.org_id)
-    forget_local(svc, ident.org_id)
     assert row is not None
     return row
 
@@ -65,7 +63,7 @@ async def list_secrets(svc: Services, ident: Identity) -> list[dict[str, Any]]:
 
 async def delete_secret(svc: Services, ident: Identity, secret_id: str) -> None:
     require_manager(ident)
-    async with svc.db.tx() as tx:
+    async with changes(svc, "secrets", ident.org_id) as tx:
         # a secret a tool still binds cannot go: the tool would fail at call time instead
         users_ = await tx.fetch_all(select(tools.c.name).where(and_(
             tools.c.org_id == ident.org_id,
@@ -76,8 +74,6 @@ async def delete_secret(svc: Services, ident: Identity, secret_id: str) -> None:
         n = await tx.execute(delete(secrets).where(and_(secrets.c.id == secret_id, secrets.c.org_id == ident.org_id)))
         if not n:
             raise NotFound("no such secret in this org", code="secret_not_found")
-        await notify(tx, "secrets", ident.org_id)
-    forget_local(svc, ident.org_id)
 
 
 def decrypt_row(box: SecretBox, row: dict[str, Any]) -> str | dict[str, Any]:

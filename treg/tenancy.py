@@ -6,12 +6,13 @@ index and compared with ``hmac.compare_digest``. A revoked token stops working a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import re
 import secrets as pysecrets
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 from sqlalchemy import and_, func, insert, select, update
 
@@ -113,10 +114,9 @@ async def create_org(svc: Services, *, slug: str, email: str) -> dict[str, Any]:
 def cached_identity(svc: Services, token: str | None, org_hint: str | None) -> Identity | None:
     """:func:`authenticate` when the identity cache knows the token (no coroutine on the hot path);
     None when it must be looked up (or refused) by :func:`authenticate`."""
-    cache = svc.extras.get("identity_cache")
-    if not token or cache is None:
+    if not token:
         return None
-    ident = cache.get(token.strip())
+    ident = svc.caches.identity.get(token.strip())
     return _admitted(svc, ident, org_hint) if ident is not None else None
 
 
@@ -125,15 +125,15 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
     if not token:
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
     token = token.strip()
-    cache = svc.extras.get("identity_cache")
+    cache = svc.caches.identity
     # keyed by the token itself, not its digest: SHA-256 through OpenSSL cost ~13 µs per call with the CPU's
     # caches cold, as they are between two calls in a busy server (docs/performance.md). The tokens of the
     # identities cached stay in this process's memory as long as the entries do (TREG_CACHE_TTL_S, dropped
     # on any change of the org): the same trade-off as the secrets memo, docs/architecture.md
-    ident = cache.get(token) if cache is not None else None
+    ident = cache.get(token)
     if ident is None:
         digest = hash_token(token)
-        epoch = cache.snapshot() if cache is not None else None
+        epoch = cache.snapshot()
         async with svc.db.tx() as tx:
             row = await tx.fetch_one(
                 select(tokens.c.id, tokens.c.token_hash, tokens.c.revoked_at, members.c.id.label("member_id"),
@@ -149,10 +149,9 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
                          user_id=row["user_id"], email=row["email"], role=row["role"],
                          project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,
                          token_id=row["id"])
-        if cache is not None:
-            cache.put(token, ident, org_id=ident.org_id, epoch=epoch)  # not if a change raced the read
+        cache.put(token, ident, org_id=ident.org_id, epoch=epoch)  # not if a change raced the read
     ident = _admitted(svc, ident, org_hint)
-    if svc.extras.get("token_touch") is None:  # no batching writer: noted at once
+    if not svc.audit.batches_token_touch:  # no batching writer: noted at once
         async with svc.db.tx() as tx:
             await tx.execute(update(tokens).where(tokens.c.id == ident.token_id).values(last_used_at=func.now()))
     return ident
@@ -162,9 +161,7 @@ def _admitted(svc: Services, ident: Identity, org_hint: str | None) -> Identity:
     """``ident`` unless ``org_hint`` names another org (403); its last use is noted for the batch."""
     if org_hint and org_hint.strip() not in (ident.org_id, ident.org_slug):
         raise Forbidden("this token belongs to another org than X-Treg-Org names", code="wrong_org")
-    touch = svc.extras.get("token_touch")
-    if touch is not None:
-        touch(ident.token_id)
+    svc.audit.touch_token(ident.token_id)
     return ident
 
 
@@ -259,7 +256,7 @@ async def list_projects(svc: Services, ident: Identity) -> list[dict[str, Any]]:
 
 
 async def revoke_token(svc: Services, ident: Identity, token_id: str) -> None:
-    async with svc.db.tx() as tx:
+    async with changes(svc, "tokens", ident.org_id) as tx:
         row = await tx.fetch_one(select(tokens.c.member_id).where(and_(tokens.c.id == token_id,
                                                                        tokens.c.org_id == ident.org_id)))
         if row is None:
@@ -267,8 +264,6 @@ async def revoke_token(svc: Services, ident: Identity, token_id: str) -> None:
         if row["member_id"] != ident.member_id:
             require_manager(ident)
         await tx.execute(update(tokens).where(tokens.c.id == token_id).values(revoked_at=func.now()))
-        await notify(tx, "tokens", ident.org_id)
-    forget_local(svc, ident.org_id)
 
 
 async def list_tokens(svc: Services, ident: Identity) -> list[dict[str, Any]]:
@@ -298,19 +293,27 @@ async def notify(tx: Tx, kind: str, org_id: str) -> None:
     await tx.execute("SELECT pg_notify('treg_changes', %(payload)s)", {"payload": f"{kind}:{org_id}"})
 
 
-LOCAL_CACHES = ("identity_cache", "tools_cache", "deny_cache", "secrets_cache")
-
-
 def forget_local(svc: Services, org_id: str) -> None:
     """Drop this process's cached entries of ``org_id`` right after a committed write.
 
     Other processes learn of the change by NOTIFY; this one must not wait for its own notification
     to come back, or the next request (a revoked token, a deleted tool) could still see the old data.
     """
-    for name in LOCAL_CACHES:
-        cache = svc.extras.get(name)
-        if cache is not None:
-            cache.drop_org(org_id)
+    svc.caches.drop_org(org_id)
+
+
+@contextlib.asynccontextmanager
+async def changes(svc: Services, kind: str, org_id: str) -> AsyncIterator[Tx]:
+    """The transaction of one management write of ``kind`` data of ``org_id``.
+
+    The NOTIFY goes out inside it (PostgreSQL delivers it to every process only on commit, so a
+    rollback tells nobody), and this process's entries of the org are dropped only once it committed:
+    dropped earlier, a concurrent call could load the old rows back before the commit. A body that
+    raises rolls back, notifies nobody and forgets nothing."""
+    async with svc.db.tx() as tx:
+        yield tx
+        await notify(tx, kind, org_id)
+    forget_local(svc, org_id)
 
 
 def as_list(value: Sequence[str] | None) -> list[str] | None:

@@ -22,7 +22,7 @@ from treg.ids import new_id
 from treg.infra import ssrf
 from treg.infra.db import Tx
 from treg.infra.schema import members, projects, secrets, tools
-from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, require_manager
+from treg.tenancy import Identity, changes, refuse_unknown_fields, require_manager
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
@@ -230,7 +230,7 @@ async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     await check_ssrf(svc, hostname)
     allowed = body.get("allowed_member_ids")
     try:
-        async with svc.db.tx() as tx:
+        async with changes(svc, "tools", ident.org_id) as tx:
             bindings = await validate_bindings(svc, tx, ident.org_id, body.get("bindings", []))
             await _check_scope(tx, ident.org_id, body.get("project_id"), allowed)
             row = await tx.fetch_one(insert(tools).values(
@@ -238,10 +238,8 @@ async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> d
                 bindings=[b.to_json() for b in bindings], project_id=body.get("project_id"),
                 allowed_member_ids=list(dict.fromkeys(allowed)) if allowed is not None else None,
             ).returning(*TOOL_COLUMNS))
-            await notify(tx, "tools", ident.org_id)
     except IntegrityError as exc:
         raise Conflict(f"a tool named {name!r} already exists in this org", code="tool_exists") from exc
-    forget_local(svc, ident.org_id)
     assert row is not None
     return tool_json(row)
 
@@ -279,7 +277,7 @@ async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[s
         await check_ssrf(svc, hostname)
         values.update(base_url=base_url, host=host)
     try:
-        async with svc.db.tx() as tx:
+        async with changes(svc, "tools", ident.org_id) as tx:
             await _load(tx, ident.org_id, tool_id)
             if "bindings" in body:
                 values["bindings"] = [b.to_json() for b in await validate_bindings(svc, tx, ident.org_id,
@@ -294,19 +292,15 @@ async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[s
             values["updated_at"] = func.now()
             row = await tx.fetch_one(update(tools).where(and_(tools.c.id == tool_id, tools.c.org_id == ident.org_id))
                                      .values(**values).returning(*TOOL_COLUMNS))
-            await notify(tx, "tools", ident.org_id)
     except IntegrityError as exc:
         raise Conflict(f"a tool named {values.get('name')!r} already exists in this org", code="tool_exists") from exc
-    forget_local(svc, ident.org_id)
     assert row is not None
     return tool_json(row)
 
 
 async def delete_tool(svc: Services, ident: Identity, tool_id: str) -> None:
     require_manager(ident)
-    async with svc.db.tx() as tx:
+    async with changes(svc, "tools", ident.org_id) as tx:
         n = await tx.execute(delete(tools).where(and_(tools.c.id == tool_id, tools.c.org_id == ident.org_id)))
         if not n:
             raise NotFound("no such tool in this org", code="tool_not_found")
-        await notify(tx, "tools", ident.org_id)
-    forget_local(svc, ident.org_id)

@@ -47,6 +47,8 @@ _TOUCH_SQL = f"UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(id
 
 
 class AuditWriter:
+    batches_token_touch = True  # treg.context.AuditSink: token uses are written with the next batch
+
     def __init__(self, svc: Services) -> None:
         self._svc = svc
         self._queue: list[CallRecord] = []

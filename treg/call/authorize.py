@@ -20,9 +20,7 @@ from treg.tenancy import Identity
 
 
 async def org_deny_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:
-    cache = svc.extras.get("deny_cache")
-    if cache is None:
-        return await deny_rules.load_rules(svc, org_id)
+    cache = svc.caches.deny
     hit = cache.get(("deny", org_id))
     if hit is not None:
         return hit  # type: ignore[no-any-return]

@@ -108,9 +108,7 @@ async def org_secret_rows(svc: Services, org_id: str) -> OrgSecrets:
                                       .where(secrets.c.org_id == org_id))
         return OrgSecrets({r["id"]: r for r in rows})
 
-    cache = svc.extras.get("secrets_cache")
-    if cache is None:
-        return await load()
+    cache = svc.caches.secrets
     return cache.get(("secrets", org_id)) or await cache.get_or_load(("secrets", org_id), org_id, load)
 
 
@@ -278,6 +276,6 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     if stored is None and plan.secret_values:
         # platform settings' values live as long as the process: their redactors (whose encoded forms
         # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
-        stored = svc.extras.get("platform_redactors") or svc.extras.setdefault("platform_redactors", OrgSecrets({}))
+        stored = svc.platform_redactors
     return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
                            plan.secret_values, body_kept, stored)

@@ -61,13 +61,12 @@ class OrgTools(tuple):  # type: ignore[type-arg]
 
 def cached_org_tools(svc: Services, org_id: str) -> OrgTools | None:
     """The org's tools when the cache has them (no coroutine on the hot path), else None."""
-    cache = svc.extras.get("tools_cache")
-    return cache.get(("tools", org_id)) if cache is not None else None
+    return svc.caches.tools.get(("tools", org_id))
 
 
 async def org_tools(svc: Services, org_id: str) -> OrgTools:
     """Every tool of an org (cached; invalidated by LISTEN/NOTIFY on any tool or secret change)."""
-    cache = svc.extras.get("tools_cache")
+    cache = svc.caches.tools
 
     async def load() -> OrgTools:
         async with svc.db.tx() as tx:
@@ -84,8 +83,6 @@ async def org_tools(svc: Services, org_id: str) -> OrgTools:
                                provider_backed=any(b.secret_id in provider_secrets for b in bindings)))
         return OrgTools(out)
 
-    if cache is None:
-        return await load()
     return cache.get(("tools", org_id)) or await cache.get_or_load(("tools", org_id), org_id, load)
 
 

@@ -8,9 +8,9 @@ import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
-from treg.cache import ChangeListener, OrgCache
+from treg.cache import Caches, ChangeListener
 from treg.call.audit import AuditWriter, prune_evidence
-from treg.context import Services
+from treg.context import NullAuditWriter, Services
 from treg.errors import TregError
 
 log = logging.getLogger(__name__)
@@ -19,19 +19,13 @@ PRUNE_INTERVAL_S = 3600.0
 
 
 async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
-    ttl = svc.settings.cache_ttl_s
-    caches: list[OrgCache[Any]] = []
-    for name in ("identity_cache", "tools_cache", "deny_cache", "secrets_cache"):
-        cache: OrgCache[Any] = OrgCache(name, ttl)
-        svc.extras[name] = cache
-        caches.append(cache)
+    caches = Caches.live(svc.settings.cache_ttl_s)
+    svc.caches = caches
     listener = ChangeListener(svc.db.dsn, caches)
     await listener.start()
     writer = AuditWriter(svc)
     writer.start()
-    svc.extras["audit"] = writer
-    svc.extras["token_touch"] = writer.touch_token
-    svc.extras["cache_listener"] = listener
+    svc.audit = writer
 
     async def prune_loop() -> None:
         while True:
@@ -51,7 +45,7 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
         with contextlib.suppress(asyncio.CancelledError):
             await pruner
         await writer.close()
-        await listener.stop()
-        svc.extras.pop("token_touch", None)
+        await listener.stop()  # the live caches are bypassed from here on, as null caches would be
+        svc.audit = NullAuditWriter()  # nothing writes batches any more: token uses are noted at once
 
     return close

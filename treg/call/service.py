@@ -129,9 +129,7 @@ class CallState:
 
 
 def _audit(svc: Services, rec: CallRecord) -> None:
-    writer = svc.extras.get("audit")
-    if writer is not None:
-        writer.record(rec)
+    svc.audit.record(rec)
     if not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
     call_hook(svc.pm, "treg_event", event=Event("tool_called", {
@@ -334,8 +332,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
         if "location" in resp.index or "content-location" in resp.index:
             relayed = _treg_locations(svc, state, relayed)
         if ok and target.catalog.spooled_response:
-            budget = svc.extras.setdefault("spool_budget", metered.SpoolBudget())
-            spooled = await metered.spool_answer(resp, budget)
+            spooled = await metered.spool_answer(resp, svc.spool_budget)
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
                           *spool_evidence_paths(svc.pm, target.catalog.endpoint)),

@@ -1,8 +1,10 @@
 """The credential ladder of a catalog call: own tool → team credential → anonymous → platform key.
 
-:func:`load_org_credentials` is the only database read (one short transaction, closed before any
-upstream I/O); everything else is pure, so the tier choice is unit-testable and the listing routes can
-show each endpoint's tier without re-reading the database per endpoint.
+:func:`load_org_credentials` is the only read, and it reads what the resolver reads: the org's tools and
+secret rows from the same per-org caches (LISTEN/NOTIFY-invalidated), so a catalog call on a warm
+cache costs no query and a secret's change is seen on the next call; everything else is pure, so the
+tier choice is unit-testable and the listing routes can show each endpoint's tier without re-reading
+per endpoint.
 
 Tiers (catalog.md "Credential tiers", tried in this order):
 
@@ -23,9 +25,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from sqlalchemy import and_, or_, select
-
 from treg.bindings import Binding
+from treg.call.relay import org_secret_rows
+from treg.call.resolve import org_tools, usable
 from treg.catalog.alternatives import alternatives
 from treg.catalog.enforce import CheckedRequest, QueryPairs, check_platform, check_request
 from treg.catalog.errors import NoCredential
@@ -36,9 +38,7 @@ from treg.catalog.registry import CatalogRegistry
 # importable from this module, as callers and plugins have used them
 from treg.catalog.tiers import (OrgCredentials, OwnTool, needed_tier, offer_tier,  # noqa: F401
                                 platform_key_configured)
-from treg.domain.access import identity_may_use
 from treg.errors import GatewayFailed
-from treg.infra.schema import secrets, tools
 from treg.settings import Settings
 
 if TYPE_CHECKING:
@@ -98,34 +98,33 @@ class CatalogTarget:
 async def load_org_credentials(svc: "Services", ident: "Identity",
                                providers: Iterable[str] | None = None) -> OrgCredentials:
     """The caller's org credentials per provider (all providers, or only ``providers``): provider
-    secrets (newest first) and the caller-usable tools bound to one of them. One short transaction."""
-    wanted = sorted(set(providers)) if providers is not None else None
-    stmt = select(secrets.c.id, secrets.c.provider).where(and_(
-        secrets.c.org_id == ident.org_id, secrets.c.provider.isnot(None)))
-    if wanted is not None:
-        if not wanted:
-            return OrgCredentials(org_id=ident.org_id)
-        stmt = stmt.where(secrets.c.provider.in_(wanted))
-    async with svc.db.tx() as tx:
-        rows = await tx.fetch_all(stmt.order_by(secrets.c.created_at.desc(), secrets.c.id.desc()))
-        if not rows:
-            return OrgCredentials(org_id=ident.org_id)
-        provider_of = {r["id"]: r["provider"] for r in rows}
-        tool_rows = await tx.fetch_all(
-            select(tools.c.id, tools.c.name, tools.c.bindings, tools.c.project_id, tools.c.allowed_member_ids)
-            .where(and_(tools.c.org_id == ident.org_id,
-                        or_(*[tools.c.bindings.contains([{"secret_id": sid}]) for sid in provider_of])))
-            .order_by(tools.c.name))
+    secrets (newest first) and the caller-usable tools bound to one of them, by name. Read from the
+    resolver's caches (:func:`~treg.call.relay.org_secret_rows`, :func:`~treg.call.resolve.org_tools`):
+    one short read each on a miss, none on a hit, and never a second copy that could go stale."""
+    wanted = set(providers) if providers is not None else None
+    if wanted is not None and not wanted:
+        return OrgCredentials(org_id=ident.org_id)
+    stored = await org_secret_rows(svc, ident.org_id)
+    rows = sorted((r for r in stored.rows.values()
+                   if r["provider"] is not None and (wanted is None or r["provider"] in wanted)),
+                  key=lambda r: (r["created_at"], r["id"]), reverse=True)
+    if not rows:
+        return OrgCredentials(org_id=ident.org_id)
+    provider_of = {r["id"]: r["provider"] for r in rows}
     team: dict[str, str] = {}
     for r in rows:  # newest first: the first seen per provider wins
         team.setdefault(r["provider"], r["id"])
     own: dict[str, list[OwnTool]] = {}
-    for t in tool_rows:
-        if not identity_may_use(ident, t):
+    # provider_backed: bound to some provider secret (decided at load), the only tools that can qualify
+    backed = sorted((t for t in await org_tools(svc, ident.org_id) if t.provider_backed), key=lambda t: t.name)
+    for t in backed:
+        if not usable(ident, t):
             continue
-        bindings = tuple(Binding.from_json(b) for b in t["bindings"])
-        tool = OwnTool(id=t["id"], name=t["name"], bindings=bindings)
-        for pid in dict.fromkeys(provider_of[b.secret_id] for b in bindings if b.secret_id in provider_of):
+        pids = dict.fromkeys(provider_of[b.secret_id] for b in t.bindings if b.secret_id in provider_of)
+        if not pids:
+            continue
+        tool = OwnTool(id=t.id, name=t.name, bindings=t.bindings)
+        for pid in pids:
             own.setdefault(pid, []).append(tool)
     return OrgCredentials(org_id=ident.org_id,
                           own_tools=MappingProxyType({k: tuple(v) for k, v in own.items()}),
