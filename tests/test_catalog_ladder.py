@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import treg
 from treg import tenancy
 from treg.catalog import enforce, ladder
 from treg.catalog.errors import NoCredential
+from treg.infra.db import Tx
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 
@@ -165,3 +168,85 @@ async def test_load_org_credentials_filters_by_provider(build):
     only = await ladder.load_org_credentials(svc, org["ident"], ["zeta"])
     assert dict(only.team_secrets) == {"zeta": z} and only.own_for("acme") == ()
     assert dict((await ladder.load_org_credentials(svc, org["ident"], [])).team_secrets) == {}
+
+
+_READS_CREDENTIALS = re.compile(r"\b(?:FROM|JOIN)\s+(?:secrets|tools)\b", re.I)
+
+
+@pytest.fixture
+def credential_reads(monkeypatch) -> list[str]:
+    """Every statement that reads the tools or secrets table, whoever issues it (a spy on the db adapter)."""
+    seen: list[str] = []
+    for name in ("execute", "fetch_all", "fetch_one", "scalar"):
+        def spy(self, stmt, params=None, _original=getattr(Tx, name)):
+            try:
+                text = str(stmt)
+            except Exception:  # a statement only PostgreSQL's dialect compiles
+                text = repr(stmt)
+            if _READS_CREDENTIALS.search(text):
+                seen.append(text)
+            return _original(self, stmt, params)
+        monkeypatch.setattr(Tx, name, spy)
+    return seen
+
+
+async def _warm(read, credential_reads: list[str], tries: int = 25) -> None:
+    """Read until a read costs no credential query (the setup's own notifications may drop the first loads)."""
+    for _ in range(tries):
+        credential_reads.clear()
+        await read()
+        if not credential_reads:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"every read queried the credentials: {credential_reads[:2]}")
+
+
+async def test_a_warm_catalog_read_issues_no_credential_query_and_notify_invalidates_it(build, credential_reads):
+    """The ladder reads the resolver's per-org caches: on a warm cache a catalog listing, a credential
+    load and a catalog call read neither tools nor secrets, and a secret change another process makes
+    (its NOTIFY) is what the next call sees."""
+    client, svc, org = await build()
+    sid = await secret(client, org, "first")
+
+    async def tier() -> Any:
+        resp = await client.get("/api/v1/catalog/endpoints", headers=org["headers"])
+        assert resp.status == 200
+        return {e["id"]: e["credential_tier"] for e in (await resp.json())["endpoints"]}["acme.items.get"]
+
+    await _warm(tier, credential_reads)
+    assert await tier() == "team" and credential_reads == []
+    creds = await ladder.load_org_credentials(svc, org["ident"], ["acme"])
+    assert creds.team_secret_for("acme") == sid and credential_reads == []
+    # the call gets as far as dialling (the test host does not resolve): past the ladder and the relay
+    resp = await client.get("/catalog/call/acme.items.get?item_id=7", headers=org["headers"])
+    assert resp.status == 502 and (await resp.json())["error"] == "dns_failed"
+    assert resp.headers["X-Treg-Credential-Tier"] == "team"
+    assert credential_reads == [], credential_reads
+
+    # another process deletes the secret: unseen until its notification arrives (the cache is what is read)
+    async with svc.db.tx() as tx:
+        await tx.execute("DELETE FROM secrets WHERE id = %(id)s", {"id": sid})
+    assert await tier() == "team"
+    async with svc.db.tx() as tx:
+        await tenancy.notify(tx, "secrets", org["ident"].org_id)
+    for _ in range(100):
+        if await tier() is None:
+            break
+        await asyncio.sleep(0.02)
+    assert await tier() is None
+    assert (await ladder.load_org_credentials(svc, org["ident"], ["acme"])).team_secret_for("acme") is None
+
+
+async def test_own_tools_come_from_the_tools_cache(build, credential_reads):
+    client, svc, org = await build()
+    a = await secret(client, org, "a")
+    await tool(client, org, "b-api", a)
+    await tool(client, org, "a-api", a)
+    await tool(client, org, "plain", await secret(client, org, "p", provider=None))
+
+    async def read() -> None:
+        await ladder.load_org_credentials(svc, org["ident"], ["acme"])
+
+    await _warm(read, credential_reads)
+    creds = await ladder.load_org_credentials(svc, org["ident"], ["acme"])
+    assert [t.name for t in creds.own_for("acme")] == ["a-api", "b-api"] and credential_reads == []

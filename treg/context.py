@@ -11,7 +11,7 @@ of singletons").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 import pluggy
 
@@ -21,6 +21,7 @@ from treg.call.metered import SpoolBudget
 from treg.catalog.registry import CatalogRegistry
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
+from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.settings import Settings
 
@@ -73,7 +74,7 @@ class Services:
     #: the one shared upstream ClientSession (set by the app's cleanup context)
     client: "aiohttp.ClientSession | None" = None
     #: resolver used for SSRF checks (treg.infra.dns.VettingResolver), when running
-    resolver: Any = None
+    resolver: VettingResolver | None = None
     #: the validated endpoint catalog (treg.catalog), built by the app factory before anything starts
     catalog: CatalogRegistry = field(default_factory=CatalogRegistry.empty)
     #: per-org caches: null caches until the call runtime installs live ones (treg.call.runtime)

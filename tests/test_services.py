@@ -1,0 +1,129 @@
+"""Services are typed components built by one factory; management writes go through one helper.
+
+(issue 10, item 2: no ``extras`` dict, null objects where a component is off, ``tenancy.changes``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import typing
+
+import aiohttp
+import aiopg
+import pytest
+
+from treg import context, tenancy
+from treg.cache import CHANNEL, Caches, ChangeListener, NullCache, OrgCache
+from treg.call.audit import AuditWriter
+from treg.call.metered import SpoolBudget
+from treg.call.relay import OrgSecrets
+from treg.call.types import CallRecord
+from treg.context import AuditSink, NullAuditWriter, Services
+from treg.errors import NotFound
+
+
+def test_services_has_no_extras_and_every_component_is_typed():
+    names = [f.name for f in dataclasses.fields(Services)]
+    assert "extras" not in names
+    hints = typing.get_type_hints(Services, globalns=vars(context),
+                                  localns={"OrgSecrets": OrgSecrets, "CallRecord": CallRecord, "aiohttp": aiohttp})
+    assert set(hints) == set(names)
+    assert all(hint is not typing.Any for hint in hints.values()), hints
+    assert hints["caches"] is Caches and hints["audit"] is AuditSink
+    assert hints["spool_budget"] is SpoolBudget and hints["platform_redactors"] is OrgSecrets
+    assert all(typing.get_type_hints(Caches)[f.name] == OrgCache[typing.Any] for f in dataclasses.fields(Caches))
+
+
+async def test_services_built_for_domain_use_have_null_components(svc):
+    """The tests' services (and the CLI's: the same factory) run no listener and no writer."""
+    assert all(isinstance(cache, NullCache) for cache in svc.caches)
+    assert isinstance(svc.audit, NullAuditWriter) and not svc.audit.batches_token_touch
+    assert isinstance(svc.platform_redactors, OrgSecrets) and isinstance(svc.spool_budget, SpoolBudget)
+    org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+    # no batching writer: authenticate notes the token's use at once, and nothing is cached
+    ident = await tenancy.authenticate(svc, org["token"], None)
+    async with svc.db.tx() as tx:
+        used = await tx.scalar("SELECT last_used_at FROM tokens WHERE id = %(id)s", {"id": ident.token_id})
+    assert used is not None
+    assert tenancy.cached_identity(svc, org["token"], None) is None
+
+
+async def test_a_serving_gateway_has_live_components(gateway):
+    svc = gateway.services
+    assert all(type(cache) is OrgCache and cache.enabled for cache in svc.caches)
+    assert isinstance(svc.audit, AuditWriter) and svc.audit.batches_token_touch
+
+
+async def test_null_cache_always_misses_and_always_loads():
+    cache: NullCache[str] = NullCache("t")
+    ChangeListener("postgresql://unused", [cache])._set_enabled(True)  # a listener cannot switch it on
+    assert not cache.enabled
+    cache.put("k", "v", org_id="org")
+    assert cache.get("k") is None
+    loads = []
+
+    async def load() -> str:
+        loads.append(1)
+        return "v"
+
+    assert [await cache.get_or_load("k", "org", load) for _ in range(3)] == ["v"] * 3 and len(loads) == 3
+    cache.drop_org("org")
+    cache.clear()
+
+
+def _detached_caches() -> Caches:
+    """Live caches no listener feeds: only the write helper's local forget can drop their entries."""
+    caches = Caches.live(30.0)
+    for cache in caches:
+        cache.enabled = True
+    return caches
+
+
+async def _listen(dsn: str) -> aiopg.Connection:
+    conn = await aiopg.connect(dsn)
+    async with conn.cursor() as cur:
+        await cur.execute(f"LISTEN {CHANNEL}")
+    return conn
+
+
+async def test_changes_notifies_on_commit_and_forgets_local_entries_after_it(gateway):
+    svc, org_id = gateway.services, gateway.org["org_id"]
+    svc.caches = caches = _detached_caches()
+    conn = await _listen(svc.db.dsn)
+    try:
+        for cache in caches:
+            cache.put(("probe", org_id), "old", org_id=org_id)
+        caches.tools.put(("probe", "org_other"), "other", org_id="org_other")
+        async with tenancy.changes(svc, "tools", org_id) as tx:
+            await tx.execute("SELECT 1")
+            # not before the commit: a call could load the old rows back into the cache meanwhile
+            assert all(cache.get(("probe", org_id)) == "old" for cache in caches)
+        # at once after it (no waiting for this process's own notification), and only this org's
+        assert all(cache.get(("probe", org_id)) is None for cache in caches)
+        assert caches.tools.get(("probe", "org_other")) == "other"
+        msg = await asyncio.wait_for(conn.notifies.get(), 5)
+        assert msg.payload == f"tools:{org_id}"
+    finally:
+        conn.close()
+
+
+async def test_changes_rolled_back_notifies_nobody_and_forgets_nothing(gateway):
+    svc, org_id = gateway.services, gateway.org["org_id"]
+    svc.caches = caches = _detached_caches()
+    conn = await _listen(svc.db.dsn)
+    try:
+        caches.deny.put(("probe", org_id), "kept", org_id=org_id)
+        with pytest.raises(NotFound):
+            async with tenancy.changes(svc, "deny", org_id) as tx:
+                await tx.execute("UPDATE orgs SET slug = slug WHERE id = %(id)s", {"id": org_id})
+                raise NotFound("no such deny rule in this org", code="deny_rule_not_found")
+        assert caches.deny.get(("probe", org_id)) == "kept"
+        # the next committed change is the first notification to arrive: the rolled-back one never went out
+        async with tenancy.changes(svc, "tokens", org_id):
+            pass
+        msg = await asyncio.wait_for(conn.notifies.get(), 5)
+        assert msg.payload == f"tokens:{org_id}"
+        assert conn.notifies.empty()
+    finally:
+        conn.close()
