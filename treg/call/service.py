@@ -185,7 +185,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
                            or await tenancy.authenticate(svc, inp.token, inp.org_hint))
     try:
-        if inp.surface == "catalog":
+        if inp.catalog_form:
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
         else:
             inp, target = await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)

@@ -13,6 +13,7 @@ from treg.catalog.errors import EndpointNotFound
 from treg.catalog.ladder import OrgCredentials
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
+from treg.catalog.search import with_pointer
 from treg.catalog.suggest import did_you_mean
 from treg.context import Services
 from treg.errors import BadRequest
@@ -57,7 +58,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["endpoint_id"]
     ep = registry.get(endpoint_id)
     if ep is None:
-        raise EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id))
+        raise with_pointer(registry, EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id)), endpoint_id)
     alts_providers = {a.provider for a in registry.with_capability(ep.capability)} if ep.capability else set()
     creds = await ladder.load_org_credentials(svc, ident, {ep.provider} | alts_providers)
     body = ep.to_json()
