@@ -59,13 +59,14 @@ def _hit(word: str, tokens: Iterable[str]) -> bool:
     return False
 
 
-def rank(registry: CatalogRegistry, query: str | None = None, capability: str | None = None,
-         limit: int = 10) -> list[Endpoint]:
-    """Live endpoints for ``query`` (words) and/or ``capability`` (exact, or a prefix such as ``weather``
-    for ``weather.*``), best first; neither: every live endpoint, by id."""
+def scored(registry: CatalogRegistry, query: str | None = None,
+           capability: str | None = None) -> list[tuple[Endpoint, int]]:
+    """``(endpoint, how many of the query's words it matched)`` for the live endpoints of ``query`` (words)
+    and/or ``capability`` (exact, or a part such as ``weather`` for ``weather.*``), best first; neither:
+    every live endpoint, by id."""
     wanted = words(query or "")
     cap = (capability or "").strip().lower()
-    scored: list[tuple[tuple[int, int, str], Endpoint]] = []
+    out: list[tuple[tuple[int, int, str], Endpoint, int]] = []
     for ep in registry.endpoints.values():
         if not ep.is_live:
             continue
@@ -83,9 +84,15 @@ def rank(registry: CatalogRegistry, query: str | None = None, capability: str | 
                     matched, score = matched + 1, score + 1
             if not matched:
                 continue
-        scored.append(((-matched, -score, ep.id), ep))
-    scored.sort(key=lambda item: item[0])
-    return [ep for _, ep in scored[:max(0, limit)]]
+        out.append(((-matched, -score, ep.id), ep, matched))
+    out.sort(key=lambda item: item[0])
+    return [(ep, matched) for _, ep, matched in out]
+
+
+def rank(registry: CatalogRegistry, query: str | None = None, capability: str | None = None,
+         limit: int = 10) -> list[Endpoint]:
+    """The endpoints of :func:`scored`, best first, at most ``limit``."""
+    return [ep for ep, _ in scored(registry, query, capability)[:max(0, limit)]]
 
 
 def by_words(registry: CatalogRegistry, name: str, limit: int = 5) -> list[str]:
@@ -95,12 +102,7 @@ def by_words(registry: CatalogRegistry, name: str, limit: int = 5) -> list[str]:
     if not wanted:
         return []
     need = max(1, (len(wanted) + 1) // 2)
-    out = []
-    for ep in rank(registry, name, limit=limit * 4):
-        strong, weak = _strong(registry, ep), _weak(ep)
-        if sum(1 for w in wanted if _hit(w, strong) or _hit(w, weak)) >= need:
-            out.append(ep.id)
-    return out[:limit]
+    return [ep.id for ep, matched in scored(registry, name) if matched >= need][:limit]
 
 
 def pointer(registry: CatalogRegistry, name: str, first: Sequence[str] = (), limit: int = 5) -> dict[str, object]:

@@ -143,15 +143,19 @@ class PipelineBackend:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _SEARCH_MAX:
             raise RpcError(INVALID_PARAMS, f"catalog_search: limit must be an integer from 1 to {_SEARCH_MAX}")
         registry = self.svc.catalog
-        found = catalog_search.rank(registry, query, capability, limit)
+        ranked = catalog_search.scored(registry, query, capability)[:limit]
+        found = [ep for ep, _ in ranked]
         providers = {ep.provider for ep in found}
         for ep in found:
             if ep.capability:
                 providers |= {alt.provider for alt in registry.with_capability(ep.capability)}
         creds = await load_org_credentials(self.svc, self.ident, providers)
+        rows = [catalog_search.describe(registry, ep, creds, self.svc.settings) for ep in found]
+        # as good a match, what the caller can call now comes first (sorted is stable: the rank stays)
+        order = {id(row): (-matched, not row["callable"]) for row, (_, matched) in zip(rows, ranked)}
+        rows.sort(key=lambda row: order[id(row)])
         out: dict[str, Any] = {
-            "query": query, "capability": capability,
-            "endpoints": [catalog_search.describe(registry, ep, creds, self.svc.settings) for ep in found],
+            "query": query, "capability": capability, "endpoints": rows,
             "search_url": catalog_search.search_url(" ".join(filter(None, (query, capability)))),
         }
         if not found or not (query or capability):
