@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -49,7 +50,14 @@ class Mcp:
     async def modern(self, method: str, params: dict[str, Any] | None = None, *, id: Any = 1,
                      headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         name = (params or {}).get("name") if method == "tools/call" else None
-        resp = await self.post(modern_message(method, params, id), {**modern_headers(method, name), **(headers or {})})
+        mirrored = {}
+        endpoint = ((params or {}).get("arguments") or {}).get("endpoint")
+        if name == "catalog_call" and isinstance(endpoint, str):
+            # catalog_call's endpoint carries x-mcp-header: a 2026-07-28 client mirrors it
+            mirrored["Mcp-Param-Endpoint"] = endpoint if endpoint.isascii() and endpoint == endpoint.strip() \
+                else "=?base64?" + base64.b64encode(endpoint.encode()).decode() + "?="
+        resp = await self.post(modern_message(method, params, id),
+                               {**modern_headers(method, name), **mirrored, **(headers or {})})
         return resp.status, await resp.json()
 
     async def legacy(self, method: str, params: dict[str, Any] | None = None, *, id: Any = 1) -> tuple[int, Any]:

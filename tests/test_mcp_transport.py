@@ -227,3 +227,33 @@ async def test_catalog_mcp_lists_only_the_catalog_tools(gateway, up):
     status, body = await Mcp(gateway).modern("tools/list")
     assert [t["name"] for t in body["result"]["tools"]] == ["weather", "catalog_search", "catalog_call"]
 
+
+
+@pytest.mark.parametrize("value, want", [
+    ("acme.nop", 200),                                               # mirrors the argument: served
+    ("=?base64?YWNtZS5ub3A=?=", 200),                                # the same, base64-wrapped
+    (None, 400),                                                     # argument present, header missing
+    ("other.endpoint", 400),                                         # disagrees with the body
+    ("=?base64?YWNtZS5ub3A?=", 400),                                 # base64 without its padding
+    ("=?base64?YWNt!!!ZS5ub3A=?=", 400),                             # not base64
+])
+async def test_catalog_call_endpoint_is_mirrored_in_mcp_param_endpoint(gateway, value, want):
+    tools = (await Mcp(gateway).modern("tools/list"))[1]["result"]["tools"]
+    call = next(t for t in tools if t["name"] == "catalog_call")
+    assert call["inputSchema"]["properties"]["endpoint"]["x-mcp-header"] == "Endpoint"
+    msg = modern_message("tools/call", {"name": "catalog_call", "arguments": {"endpoint": "acme.nop"}})
+    headers = modern_headers("tools/call", "catalog_call")
+    if value is not None:
+        headers["Mcp-Param-Endpoint"] = value
+    resp = await Mcp(gateway).post(msg, headers)
+    body = await resp.json()
+    assert resp.status == want, (value, body)
+    if want == 400:
+        assert body["error"]["code"] == -32020
+    else:
+        assert body["result"]["isError"] is True  # no such endpoint: treg's refusal, as a result
+    # a header without its argument is refused too
+    msg = modern_message("tools/call", {"name": "catalog_call", "arguments": {}})
+    resp = await Mcp(gateway).post(msg, {**modern_headers("tools/call", "catalog_call"),
+                                         "Mcp-Param-Endpoint": "acme.nop"})
+    assert resp.status == 400 and (await resp.json())["error"]["code"] == -32020

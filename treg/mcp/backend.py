@@ -22,8 +22,8 @@ from treg.errors import TregError
 from treg.ids import new_id
 from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
-from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, CallerContext, catalog_input, mcp_names, own_tool_input,
-                            tool_list, catalog_call_tool, catalog_search_tool)
+from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
+                            catalog_input, catalog_search_tool, mcp_names, own_tool_input, tool_list)
 from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,9 @@ class PipelineBackend:
         if self.catalog_only:
             return []
         return mcp_names([t for t in await org_tools(self.svc, self.ident.org_id) if usable(self.ident, t)])
+
+    def param_headers(self, name: str) -> dict[str, str]:
+        return PARAM_HEADERS.get(name, {})
 
     async def list_tools(self) -> list[dict[str, Any]]:
         if self.catalog_only:

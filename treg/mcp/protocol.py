@@ -54,6 +54,7 @@ _LEGACY_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, UNSUPPORTED_VERSION: 4
 #: methods whose ``params`` field is mirrored in ``Mcp-Name``
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _SENTINEL = re.compile(r"^=\?base64\?(.*)\?=$", re.S)
+_HEADER_SAFE = re.compile(r"^[\x20-\x7E\t]*$")
 
 
 class RpcError(Exception):
@@ -81,6 +82,10 @@ class Backend(Protocol):
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A ``CallToolResult``; :class:`RpcError` (-32602) for an unknown tool or bad arguments."""
+        ...
+
+    def param_headers(self, name: str) -> dict[str, str]:
+        """The tool's arguments mirrored in ``Mcp-Param-<token>`` headers (its ``x-mcp-header``s)."""
         ...
 
 
@@ -180,6 +185,46 @@ def _check_headers(msg: dict[str, Any], params: dict[str, Any], headers: _Header
                                         f"body value {params[key]!r}")
 
 
+def _rendered(value: Any) -> str | None:
+    """An argument as a client mirrors it into a header (None: a value no header can carry)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int)):
+        return str(value)
+    return None
+
+
+def _check_param_headers(mirrored: dict[str, str], arguments: dict[str, Any], headers: _Headers, *,
+                         required: bool) -> None:
+    """``Mcp-Param-<token>`` headers agree with the arguments they mirror (streamable-http.mdx, "Custom
+    Headers from Tool Parameters"): present together and equal after the base64 sentinel, or both absent."""
+    for argument, token in mirrored.items():
+        name = f"mcp-param-{token.lower()}"
+        raw, value = headers.get(name), arguments.get(argument)
+        if name in headers.twice:
+            raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} was sent more than once")
+        if raw is not None and not _HEADER_SAFE.match(raw):
+            raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} carries characters a header "
+                                            "value may not (use the =?base64?…?= form)")
+        rendered = _rendered(value) if value is not None else None
+        if rendered is None:
+            if raw is not None:
+                raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} is present but the "
+                                                f"argument {argument!r} is not")
+            continue
+        if raw is None:
+            if required:
+                raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} is missing but the argument "
+                                                f"{argument!r} is present")
+            continue
+        decoded = _decode_name(raw)
+        if decoded is None:
+            raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} carries a malformed base64 value")
+        if decoded != rendered:
+            raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} header value {raw!r} does not "
+                                            f"match body value {rendered!r}")
+
+
 def _unsupported(requested: Any) -> RpcError:
     return RpcError(UNSUPPORTED_VERSION, "Unsupported protocol version",
                     {"supported": list(SUPPORTED), "requested": requested})
@@ -253,7 +298,7 @@ class Endpoint:
         era = "modern" if _speaks_modern(params, hs) else "legacy"
         try:
             _check_envelope(era, msg, params, hs)
-            result = await self._dispatch(era, msg["method"], params)
+            result = await self._dispatch(era, msg["method"], params, hs)
         except RpcError as err:
             table = _MODERN_STATUS if era == "modern" else _LEGACY_STATUS
             return Reply(table.get(err.code, 200), {"jsonrpc": "2.0", "id": request_id, "error": err.error()}, era)
@@ -267,7 +312,7 @@ class Endpoint:
             result["_meta"] = meta
         return Reply(200, {"jsonrpc": "2.0", "id": request_id, "result": result}, era)
 
-    async def _dispatch(self, era: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _dispatch(self, era: str, method: str, params: dict[str, Any], headers: _Headers) -> dict[str, Any]:
         if era == "legacy":
             if method == "initialize":
                 return self._initialize()
@@ -293,6 +338,7 @@ class Endpoint:
                 arguments = {}
             if not isinstance(arguments, dict):
                 raise RpcError(INVALID_PARAMS, "params.arguments must be an object")
+            _check_param_headers(self.backend.param_headers(name), arguments, headers, required=era == "modern")
             return await self.backend.call_tool(name, arguments)
         raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}", {"method": method})
 

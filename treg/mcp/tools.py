@@ -26,6 +26,8 @@ from treg.mcp.protocol import INVALID_PARAMS, RpcError
 CATALOG_SEARCH = "catalog_search"
 CATALOG_CALL = "catalog_call"
 CATALOG_TOOLS = (CATALOG_SEARCH, CATALOG_CALL)
+#: tool name → {argument: x-mcp-header token}
+PARAM_HEADERS = {CATALOG_CALL: {"endpoint": "Endpoint"}}
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]")
@@ -130,7 +132,10 @@ def catalog_call_tool() -> dict[str, Any]:
         "inputSchema": {
             "type": "object",
             "properties": {
-                "endpoint": {"type": "string", "description": "endpoint id, e.g. open-meteo.forecast"},
+                # mirrored in Mcp-Param-Endpoint (2026-07-28): gateways and balancers can route or limit by
+                # endpoint without reading the body; treg checks the header against the argument
+                "endpoint": {"type": "string", "description": "endpoint id, e.g. open-meteo.forecast",
+                             "x-mcp-header": "Endpoint"},
                 "params": {"type": "object", "description": "the endpoint's parameters by name"},
                 "body": {"description": "request body (an object or array is sent as JSON); body parameters "
                                         "may go in params instead"},
