@@ -113,7 +113,7 @@ def error_reply(status: int, err: RpcError, request_id: Any = None) -> Reply:
     return Reply(status, {"jsonrpc": "2.0", "id": request_id, "error": err.error()})
 
 
-def _decode_name(value: str | None) -> str | None:
+def decode_header_value(value: str | None) -> str | None:
     """``Mcp-Name`` after the base64 sentinel (``=?base64?…?=``); None for a malformed sentinel."""
     if value is None:
         return None
@@ -180,7 +180,7 @@ def _check_headers(msg: dict[str, Any], params: dict[str, Any], headers: _Header
         return
     if raw is None:
         raise RpcError(HEADER_MISMATCH, "Header mismatch: the Mcp-Name header is missing")
-    if _decode_name(raw) != params[key]:
+    if decode_header_value(raw) != params[key]:
         raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Name header value {raw!r} does not match "
                                         f"body value {params[key]!r}")
 
@@ -217,7 +217,7 @@ def _check_param_headers(mirrored: dict[str, str], arguments: dict[str, Any], he
                 raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} is missing but the argument "
                                                 f"{argument!r} is present")
             continue
-        decoded = _decode_name(raw)
+        decoded = decode_header_value(raw)
         if decoded is None:
             raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} carries a malformed base64 value")
         if decoded != rendered:
