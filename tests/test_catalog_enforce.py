@@ -298,7 +298,7 @@ def test_usage_price_settles_from_the_answer_rounded_up():
     assert price.observed_micro({"usage": {"in": -1, "out": 1}}) == 3000
     assert price.observed_micro({"usage": {"in": True, "out": 1}}) == 3000
     assert price.observed_micro("not an object") == 3000
-    assert price.evidence_paths == ("usage",) and price.estimate_for() == 3000
+    assert price.evidence_paths == ("usage.in", "usage.out") and price.estimate_for() == 3000
 
 
 def test_flat_and_table_prices():

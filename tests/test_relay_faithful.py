@@ -380,7 +380,9 @@ async def test_redirect_not_followed(gateway, up, tool, status):
     up.responder = respond(http_response(status, b"moved", [("Location", up.url + "/elsewhere")]))
     r = await gateway.raw("POST", "/call/up/h", body=b"x")
     assert r.status == status
-    assert r.header("Location") == up.url + "/elsewhere"
+    # outside the tool's base URL: relayed as treg's /redirect link, the upstream's value kept beside it
+    assert r.header("Location").startswith("/redirect/")
+    assert r.header("X-Treg-Upstream-Location") == up.url + "/elsewhere"
     assert r.body == b"moved"
     assert len(up.exchanges) == 1
 

@@ -16,6 +16,7 @@ from treg.tenancy import Identity, forget_local, notify, refuse_unknown_fields, 
 
 _HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$")
 _METHOD = re.compile(r"^[A-Za-z]{1,16}$")
+_NOT_IN_PATH = re.compile(r"[?#\x00-\x1f\x7f]")
 COLUMNS = (deny_rules.c.id, deny_rules.c.host, deny_rules.c.path, deny_rules.c.method, deny_rules.c.member_id,
            deny_rules.c.project_id, deny_rules.c.reason, deny_rules.c.created_at)
 
@@ -30,6 +31,10 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     path, method, reason = body.get("path"), body.get("method"), body.get("reason")
     if path is not None and (not isinstance(path, str) or not path.startswith("/")):
         raise BadRequest("path must start with '/'", code="invalid_path")
+    if path is not None and (_NOT_IN_PATH.search(path) or len(path) > 2000):
+        # matched against the path alone (no query, no fragment): such a rule could never fire
+        raise BadRequest("path must be a URL path: no '?', '#' or control characters, "
+                         "at most 2000 characters", code="invalid_path")
     if method is not None and (not isinstance(method, str) or not _METHOD.match(method)):
         raise BadRequest("method must be an HTTP method such as POST", code="invalid_method")
     if reason is not None and not isinstance(reason, str):

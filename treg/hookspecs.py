@@ -58,8 +58,9 @@ def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
 @hookspec
 def treg_spool_evidence_paths(endpoint: "Any") -> "Sequence[str] | None":
     """Called when a billed answer of a ``spooled_response`` endpoint has been spooled, before it is
-    parsed. Return extra dotted paths of the JSON answer to keep as evidence (their top-level objects
-    survive, at their original place; e.g. ``"candidates"`` for a result classifier). Settlement's own
+    parsed. Return extra dotted paths of the JSON answer to keep as evidence (only the value at each
+    path survives, at its original place; e.g. ``"candidates.0.finishReason"`` for a result classifier
+    keeps ``{"candidates": [{"finishReason": ...}]}``, not the inline media beside it). Settlement's own
     usage paths are always kept. ``None`` or an empty list: nothing to add. Contained: an exception is
     logged and ignored.
     """

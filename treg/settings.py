@@ -79,6 +79,10 @@ class Settings:
     upstream_read_timeout_s: float = _setting(
         "TREG_UPSTREAM_READ_TIMEOUT_S", 300.0, "seconds an upstream may stay silent mid-answer", "float")
     upstream_pool_size: int = _setting("TREG_UPSTREAM_POOL_SIZE", 256, "most upstream connections at once", "int")
+    redirect_ttl_s: int = _setting(
+        "TREG_REDIRECT_TTL_S", 300,
+        "seconds a `/redirect/…` link (a relayed redirect to another host) stays valid, for the member who got it",
+        "int")
     body_decode_max_bytes: int = _setting(
         "TREG_BODY_DECODE_MAX_BYTES", 16 * 1024 * 1024,
         "largest body `X-Treg-Body-Encoding` may decode to (and largest encoded body accepted)", "int")

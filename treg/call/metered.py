@@ -10,7 +10,11 @@ reading it first. Two bounded ways (the seed's "Complete downloads and bounded r
 * :func:`spool_answer` for endpoints declaring ``spooled_response``: into an unlinked temporary file,
   at most 64 MiB per answer and 512 MiB per process (a declared Content-Length is claimed whole before
   the first read, so concurrent answers are admitted or refused whole). The file is parsed once in a
-  worker thread (at most 2 at a time) and only the evidence paths settlement and plugins read survive.
+  worker thread (at most 2 at a time) and only the values at the evidence paths settlement and plugins
+  read survive, each at its place (a skeleton of the answer, not its inline media).
+
+Either way the caller gets the bytes the upstream sent (compressed when it compressed); the evidence
+copy is decoded (:mod:`treg.call.encodings`, bounded) so a compressed answer settles from its usage.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import tempfile
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import IO, Any, AsyncIterator, Iterable
+from typing import IO, Any, AsyncIterator, Iterable, Sequence
 
+from treg.call import encodings
 from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
 
@@ -31,6 +36,10 @@ SPOOL_MAX = 64 * 1024 * 1024
 SPOOL_BUDGET = 512 * 1024 * 1024
 SPOOL_PARSE_CONCURRENCY = 2
 SPOOL_READ = 256 * 1024
+#: the most a compressed buffered answer is inflated to for its evidence (not for the caller)
+EVIDENCE_DECODED_MAX = 16 * 1024 * 1024
+#: compressed answers up to this size are inflated on the event loop; larger ones in a worker thread
+DECODE_INLINE_MAX = 256 * 1024
 
 
 def _limit_error(detail: str) -> GatewayFailed:
@@ -155,25 +164,94 @@ async def spool_answer(resp: UpstreamResponse, budget: SpoolBudget, limit: int |
             budget.give_back(claimed)
 
 
+def _parts(path: str) -> list[str]:
+    """``candidates.0.finishReason`` or ``candidates[0].finishReason`` → its keys and indexes."""
+    return [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
+
+
+_MISSING = object()
+
+
+def _leaf(doc: Any, parts: list[str]) -> Any:
+    for key in parts:
+        if isinstance(doc, dict) and key in doc:
+            doc = doc[key]
+        elif isinstance(doc, list) and key.isdigit() and int(key) < len(doc):
+            doc = doc[int(key)]
+        else:
+            return _MISSING
+    return doc
+
+
+def _place(skeleton: Any, doc: Any, parts: list[str], value: Any) -> Any:
+    """``skeleton`` with ``value`` set at ``parts``, building the containers on the way as ``doc``
+    (the answer) has them."""
+    if not parts:
+        return value
+    key, rest = parts[0], parts[1:]
+    if isinstance(doc, dict):
+        base = skeleton if isinstance(skeleton, dict) else {}
+        base[key] = _place(base.get(key), doc[key], rest, value)
+        return base
+    i = int(key)
+    base = skeleton if isinstance(skeleton, list) else []
+    base.extend([None] * (i + 1 - len(base)))  # earlier items stay placeholders, so indexes hold
+    base[i] = _place(base[i], doc[i], rest, value)
+    return base
+
+
 def _keep_paths(doc: Any, paths: Iterable[str]) -> dict[str, Any]:
-    """Only the top-level keys the evidence paths start with survive, at their original place."""
+    """Only the values at the evidence paths survive, each at its original place: the path
+    ``candidates.0.finishReason`` keeps ``{"candidates": [{"finishReason": "STOP"}]}``, not the
+    megabytes of inline media beside it in ``candidates.0.content``."""
     if not isinstance(doc, dict):
         return {}
-    keep = {p.split(".", 1)[0].split("[", 1)[0] for p in paths}
-    return {k: v for k, v in doc.items() if k in keep}
+    out: dict[str, Any] = {}
+    for path in paths:
+        parts = _parts(path)
+        value = _leaf(doc, parts) if parts else _MISSING
+        if value is not _MISSING:
+            out = _place(out, doc, parts, value)
+    return out
 
 
-async def spool_evidence(spooled: Spooled, paths: Iterable[str]) -> dict[str, Any]:
-    """Parse the spooled JSON once in a worker thread; keep only ``paths``. Not JSON: empty evidence."""
+async def spool_evidence(spooled: Spooled, paths: Iterable[str], applied: Sequence[str] = ()) -> dict[str, Any]:
+    """Parse the spooled JSON once in a worker thread; keep only ``paths``. ``applied``: the answer's
+    content codings (the spool holds the bytes as relayed), undone for the parse within the spool
+    limit. Not JSON, or not decodable: empty evidence."""
     paths = list(paths)
 
     def parse() -> dict[str, Any]:
         spooled.file.seek(0)
         try:
-            doc = json.load(spooled.file)
+            if applied:
+                decoded = encodings.decode(spooled.file.read(), list(applied), SPOOL_MAX)
+                if decoded is None:
+                    return {}
+                doc = json.loads(decoded)
+            else:
+                doc = json.load(spooled.file)
         except (ValueError, UnicodeDecodeError):
             return {}
         return _keep_paths(doc, paths)
 
     async with spooled.budget.parse_gate:
         return await asyncio.to_thread(parse)
+
+
+async def answer_evidence(data: bytes, headers: Sequence[tuple[str, str]]) -> Any:
+    """The JSON a buffered answer carries, for settlement; its content codings undone (bounded by
+    ``EVIDENCE_DECODED_MAX``: a larger or undecodable answer has no evidence). None when not JSON."""
+    applied = encodings.codings(headers)
+    if applied:
+        if len(data) > DECODE_INLINE_MAX:  # a large inflate would stall every other call on the loop
+            decoded = await asyncio.to_thread(encodings.decode, data, applied, EVIDENCE_DECODED_MAX)
+        else:
+            decoded = encodings.decode(data, applied, EVIDENCE_DECODED_MAX)
+        if decoded is None:
+            return None
+        data = decoded
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None

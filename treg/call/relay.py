@@ -89,7 +89,8 @@ class PreparedRequest:
     #: every credential value injected (for evidence redaction), never logged nor in a repr
     secret_values: tuple[str, ...] = field(repr=False)
     body_kept: bool  # the body is buffered bytes (evidence may keep it)
-    #: where the values came from; memoizes their redactor (None: no stored secret injected)
+    #: memoizes the values' redactor: the org's secrets they came from, or the platform settings' memo
+    #: (None: nothing injected)
     secrets: OrgSecrets | None = None
 
     def redactor(self) -> Redactor:
@@ -271,5 +272,9 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     url = target.upstream_url
     if out.query:
         url += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in out.query)
+    if stored is None and plan.secret_values:
+        # platform settings' values live as long as the process: their redactors (whose encoded forms
+        # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
+        stored = svc.extras.get("platform_redactors") or svc.extras.setdefault("platform_redactors", OrgSecrets({}))
     return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
                            plan.secret_values, body_kept, stored)

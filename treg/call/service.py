@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money, tenancy
-from treg.call import catalog_stage, evidence, headers as hdr, metered
+from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, redirects
 from treg.call.authorize import authorize
 from treg.call.relay import PreparedRequest, buffer_body, prepare
 from treg.call.resolve import resolve
 from treg.call.types import CallInput, CallRecord, ResolvedTarget
 from treg.context import Services
-from treg.errors import GatewayFailed, TregError
+from treg.errors import DatabaseError, GatewayFailed, TregError
 from treg.events import Event
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamResponse
@@ -75,6 +75,8 @@ class CallState:
     hold: money.Hold | None = None
     hold_state: str | None = None
     cost_micro: int = 0
+    #: the audit row is queued (an exceptional exit records the call once, whichever path saw it first)
+    audited: bool = False
 
     @property
     def redactor(self) -> evidence.Redactor:
@@ -137,20 +139,36 @@ def _audit(svc: Services, rec: CallRecord) -> None:
         "error_code": rec.error_code, "blame": rec.blame, "tool_id": rec.tool_id, "tool_name": rec.tool_name,
         "provider": rec.provider, "endpoint_id": rec.endpoint_id, "credential_tier": rec.credential_tier,
         "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
-        "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes,
+        "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
     }))
 
 
-def _failure_record(state: CallState, exc: TregError) -> CallRecord:
+def _intake_failed(svc: Services, inp: CallInput, exc: TregError) -> None:
+    """A call that failed before its caller was known (the database pool timed out on the identity
+    lookup): no org to record it under, so only an event, naming the surface and nothing of the target."""
+    log.warning("call %s failed before identity: %s", inp.call_id, exc.code)
+    emit(svc.pm, Event("call_intake_failed", {"call_id": inp.call_id, "surface": inp.surface,
+                                              "failure_kind": exc.code, "status": exc.status}))
+
+
+def _unexpected() -> TregError:
+    """What an unexpected exception is recorded as: treg's own failure (the edge answers the same 500)."""
+    return TregError("treg failed unexpectedly; the error was logged", code="internal_error", status=500,
+                     blame="treg")
+
+
+def _failure_record(state: CallState, exc: TregError, failure_kind: str | None = None) -> CallRecord:
     refused = exc.refused_by is not None or exc.status < 500 or exc.code == "ssrf_refused"
     err_req = state.request_evidence()
     err_resp = None
     if err_req is not None:
         err_resp = {"status": exc.status, "headers": [["Content-Type", "application/json"], ["X-Treg-Error", "1"]],
                     "body": state.redactor.text(json.dumps(exc.body())), "body_truncated": False}
+    if failure_kind is None and exc.code == "db_pool":
+        failure_kind = "db_pool"  # the pool timed out after identity: treg's capacity, not the caller's
     return state.record(outcome="refused" if refused else "gateway_failed", status=exc.status,
                         refused_by=exc.refused_by, error_code=exc.code, blame=exc.blame, error_request=err_req,
-                        error_response=err_resp)
+                        error_response=err_resp, failure_kind=failure_kind)
 
 
 async def _close_money(svc: Services, state: CallState, *, settle_micro: int | None = None) -> None:
@@ -179,18 +197,48 @@ async def _unwind(svc: Services, state: CallState) -> None:
         await asyncio.shield(work())
 
 
+async def _exit(svc: Services, state: CallState, exc: BaseException, *, status: int | None = None,
+                resp: UpstreamResponse | None = None) -> None:
+    """An exceptional exit of an identified call, recorded once: the upstream answer (if any) closed,
+    the hold and the claim given back, the audit row queued: a TregError as itself, any other
+    exception as treg's ``unexpected_exception``, a cancellation (or a caller gone) as cancelled. The
+    row is queued even when a second cancellation interrupts the unwinding."""
+    if resp is not None:
+        resp.close()  # once: CloseOnce ignores a repeat
+    try:
+        await _unwind(svc, state)
+    finally:
+        if not state.audited:
+            state.audited = True
+            if isinstance(exc, TregError):
+                exc.headers.update(catalog_stage.tier_headers(state.target))
+                _audit(svc, _failure_record(state, exc))
+            elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
+                # the edge logs it with its traceback and answers 500 internal_error
+                _audit(svc, _failure_record(state, _unexpected(), failure_kind="unexpected_exception"))
+            else:
+                _audit(svc, state.record(outcome="cancelled", status=status))
+
+
 async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state = CallState(inp)
     # 401s are answered and logged, not recorded: there is no org to record them under.
-    state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
-                           or await tenancy.authenticate(svc, inp.token, inp.org_hint))
+    try:
+        state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
+                               or await tenancy.authenticate(svc, inp.token, inp.org_hint))
+    except DatabaseError as exc:
+        if exc.code == "db_pool":
+            _intake_failed(svc, inp, exc)
+        raise
     try:
         if inp.catalog_form:
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
+        elif inp.surface == "redirect":
+            inp, target = redirects.redirect_target(svc, ident, inp)
         else:
             inp, target = await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)
         state.inp, state.target = inp, target
-        await authorize(svc, ident, inp.method, target)
+        await authorize(svc, ident, inp.method, target, inp.headers)
         if target.billed:  # reserve stage: the platform tier only
             replay = await _reserve(svc, state)
             if replay is not None:
@@ -207,20 +255,18 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         sent_at = time.monotonic()
         resp = await upstream.send(svc.client, req, url=url)
         state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
-    except TregError as exc:
-        await _unwind(svc, state)
-        exc.headers.update(catalog_stage.tier_headers(state.target))
-        _audit(svc, _failure_record(state, exc))
-        raise
-    except BaseException:
-        await _unwind(svc, state)
-        _audit(svc, state.record(outcome="cancelled", status=None))  # identified: recorded, cancelled or not
+    except BaseException as exc:  # identified: recorded, cancelled or not
+        await _exit(svc, state, exc)
         raise
     if state.hold is not None:
         return await _metered_outcome(svc, state, resp)
     if state.claim is not None:
         # a free streamed read is not stored for replay: the label goes back so a retry fetches again
-        await idempotency.abandon(svc, state.claim)
+        try:
+            await idempotency.abandon(svc, state.claim)
+        except BaseException as exc:
+            await _exit(svc, state, exc, status=resp.status, resp=resp)
+            raise
         state.claim = None
     return await _streamed_outcome(svc, state, resp)
 
@@ -281,16 +327,20 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
     spooled: metered.Spooled | None = None
     try:
+        if "location" in resp.index or "content-location" in resp.index:
+            relayed = _treg_locations(svc, state, relayed)
         if ok and target.catalog.spooled_response:
             budget = svc.extras.setdefault("spool_budget", metered.SpoolBudget())
             spooled = await metered.spool_answer(resp, budget)
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
-                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)))
+                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)),
+                encodings.codings(resp.headers))
             data = b""
         else:
             data = await metered.buffer_answer(resp)
-            answer = _json_or_none(data) if ok else None
+            # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
+            answer = await metered.answer_evidence(data, resp.headers) if ok else None
         if state.claim is not None:
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again
@@ -303,18 +353,10 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             await _close_money(svc, state, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await _close_money(svc, state)
-    except TregError as exc:
+    except BaseException as exc:
         if spooled is not None:
             spooled.close()
-        await _unwind(svc, state)
-        exc.headers.update(catalog_stage.tier_headers(target))
-        _audit(svc, _failure_record(state, exc))
-        raise
-    except BaseException:
-        if spooled is not None:
-            spooled.close()
-        await _unwind(svc, state)
-        _audit(svc, state.record(outcome="cancelled", status=resp.status))
+        await _exit(svc, state, exc, status=resp.status, resp=resp)
         raise
     length = spooled.size if spooled is not None else len(data)
     out_headers = list(relayed)
@@ -336,11 +378,10 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
                        content_length=length, has_content_type="content-type" in names, has_server="server" in names)
 
 
-def _json_or_none(data: bytes) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        return None
+def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A client following a relayed redirect must come back through treg (treg/call/redirects.py)."""
+    assert state.ident is not None and state.target is not None
+    return redirects.rewrite_locations(svc, state.ident, state.inp, state.target, headers, state._masked)
 
 
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
@@ -352,13 +393,13 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
         # keep the head of a failed answer for evidence; the caller still gets every byte
         try:
             head, more, body = await evidence.peek_head(body)
-        except TregError as exc:
-            resp.close()
-            exc.headers.update(catalog_stage.tier_headers(state.target))
-            _audit(svc, _failure_record(state, exc))
+        except BaseException as exc:  # the upstream broke, or the caller left, before any byte went out
+            await _exit(svc, state, exc, status=resp.status, resp=resp)
             raise
         err_head = (head, more)
     out_headers = hdr.response_headers(resp.headers)
+    if "location" in resp.index or "content-location" in resp.index:
+        out_headers = _treg_locations(svc, state, out_headers)
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
     index = resp.index
@@ -377,6 +418,7 @@ def _finisher(svc: Services, state: CallState, resp: UpstreamResponse,
         if finished:
             return
         finished = True
+        state.audited = True
         resp.close()  # no-op after a full read (the body iterator released it); else drop the connection
         if error is None and err_head is None:  # the common case: a relayed answer, nothing to keep
             _audit(svc, state.record(outcome="ok" if resp.status < 400 else "upstream_error", status=resp.status,

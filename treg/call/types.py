@@ -26,7 +26,7 @@ class CallInput:
     """What the caller sent, as the edge saw it (raw path and query: percent-encoding untouched)."""
 
     call_id: str
-    surface: str  # "call" | "catalog" | "mcp" (the audit row's surface)
+    surface: str  # "call" | "catalog" | "redirect" | "mcp" (the audit row's surface)
     method: str
     rest: str  # raw path after /call/ (or /catalog/call/), without the query
     raw_query: str  # raw query string without '?', '' when none

@@ -128,8 +128,8 @@ class Price:
 
     @property
     def evidence_paths(self) -> tuple[str, ...]:
-        """Top-level keys of the answer that settlement reads (what a spooled answer must keep)."""
-        return tuple(dict.fromkeys(t.top_level for t in self.usage))
+        """The paths of the answer that settlement reads (the leaves a spooled answer must keep)."""
+        return tuple(dict.fromkeys(t.path for t in self.usage))
 
     def observed_micro(self, answer: Any, table_value: str | None = None) -> int:
         """The price actually owed once the answer is known.

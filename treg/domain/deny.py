@@ -1,14 +1,118 @@
 """Deny-rule matching (pure): host/path/method × member × project, each NULL-means-any, ANDed.
 
-The path match is anchored at a segment boundary: ``/v1/charges`` matches ``/v1/charges`` and
-``/v1/charges/ch_1`` but never ``/v1/chargesX``. A rule host without a port matches that host on any
-port; ``host:port`` matches only that port. Hosts compare case-insensitively.
+A rule must never be easier to dodge than to obey, so paths and methods are compared the way the
+upstream will understand them, not the way they were spelt (api.md, "Deny rules match what the
+upstream will understand"):
+
+* the path is canonicalised: unreserved characters percent-decoded (``%41`` → ``a``, ``%2e`` → ``.``),
+  ``;params`` cut from every segment, repeated ``/`` collapsed, dot segments removed, case ignored.
+  ``%2F`` is kept encoded in the canonical form, but some upstreams decode it (and every other escape,
+  and read ``\\`` as ``/``) before routing, so a second, fully decoded form is canonicalised too; and
+  since servers differ on whether ``//`` is merged before or after ``..`` is applied, both orders are
+  taken. A rule path is canonicalised the same way, and a rule matches when any form of it matches any
+  form of the request's path.
+* the path match is anchored at a segment boundary: ``/v1/charges`` matches ``/v1/charges`` and
+  ``/v1/charges/ch_1`` but never ``/v1/chargesX``; a trailing ``/`` on either side changes nothing.
+* the method is compared with the request's and with every method-override header's value
+  (``X-HTTP-Method-Override``, ``X-HTTP-Method``, ``X-Method-Override``), case-insensitively; ``HEAD``
+  runs an upstream's ``GET`` handler, so a rule on ``GET`` also stops ``HEAD``.
+* hosts compare case-insensitively and without a trailing dot (``API.example.com.``); a rule host
+  without a port matches that host on any port, ``host:port`` only that port (the scheme's default
+  port when the URL names none).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Iterable
+from urllib.parse import unquote
+
+#: headers by which frameworks let a request claim another method than its request line's
+METHOD_OVERRIDE_HEADERS = frozenset(("x-http-method-override", "x-http-method", "x-method-override"))
+
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _decode_unreserved(match: re.Match[str]) -> str:
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else match.group(0)
+
+
+def _segments(path: str, *, merge_first: bool) -> str:
+    """``path`` (already decoded as wanted) with params cut, ``//`` collapsed and dot segments removed,
+    lower case, without a trailing ``/`` (the match is segment-anchored, so it would change nothing)."""
+    segs = [seg.partition(";")[0] for seg in path.split("/")]
+    out: list[str] = []
+    for seg in segs:
+        if seg == "":
+            if not merge_first and out:
+                out.append(seg)  # RFC 3986 §5.2.4 keeps it: a following ".." removes it, not its parent
+        elif seg == "..":
+            if out:
+                out.pop()
+        elif seg != ".":
+            out.append(seg)
+    return "/" + "/".join(seg for seg in out if seg).lower()
+
+
+def path_forms(path: str) -> tuple[str, ...]:
+    """Every canonical form an upstream may resolve ``path`` to (see the module docstring)."""
+    kept = _ESCAPE.sub(_decode_unreserved, path)
+    decoded = unquote(path, errors="surrogateescape").replace("\\", "/")
+    forms = (_segments(kept, merge_first=True), _segments(kept, merge_first=False),
+             _segments(decoded, merge_first=True), _segments(decoded, merge_first=False))
+    return tuple(dict.fromkeys(forms))
+
+
+def _under(base: str, path: str) -> bool:
+    """``path`` is ``base`` or below it, on a segment boundary (both canonical)."""
+    return base == "/" or path == base or path.startswith(base + "/")
+
+
+def path_matches(rule_path: str | None, path: str) -> bool:
+    if not rule_path:
+        return True
+    return any(_under(base, form) for base in path_forms(rule_path) for form in path_forms(path))
+
+
+def split_host(netloc: str) -> tuple[str, str | None]:
+    """(hostname, port or None) of ``host`` / ``host:port`` / ``[v6]:port``: lower case, without
+    user-info or a trailing dot, the port without leading zeros."""
+    netloc = netloc.rpartition("@")[2].lower()
+    if netloc.startswith("["):
+        end = netloc.find("]")
+        host, rest = netloc[:end + 1], netloc[end + 1:]
+        port = rest[1:] if rest.startswith(":") else ""
+    elif netloc.count(":") == 1:
+        host, _, port = netloc.partition(":")
+    else:
+        host, port = netloc, ""
+    if port.isdigit():
+        port = str(int(port))
+    return host.rstrip("."), port or None
+
+
+def host_matches(rule_host: str, host: str, scheme: str) -> bool:
+    rh, rp = split_host(rule_host)
+    h, p = split_host(host)
+    if rh != h:
+        return False
+    if rp is None:
+        return True
+    return rp == (p or _DEFAULT_PORTS.get(scheme.lower()))
+
+
+def effective_methods(method: str, headers: Iterable[tuple[str, str]] = ()) -> frozenset[str]:
+    """The methods an upstream may act on: the request line's and every override header's (a value may
+    list several, comma-separated), upper case; ``HEAD`` adds ``GET``."""
+    values = [method] + [v for k, v in headers if k.lower() in METHOD_OVERRIDE_HEADERS]
+    out = {m.strip().upper() for v in values for m in v.split(",")} - {""}
+    if "HEAD" in out:
+        out.add("GET")
+    return frozenset(out)
 
 
 @dataclass(frozen=True)
@@ -20,51 +124,33 @@ class DenyRule:
     member_id: str | None = None
     project_id: str | None = None
     reason: str | None = None
+    #: the rule path's canonical forms, computed once (rules are cached per org, matched per call)
+    path_bases: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-
-def split_host(netloc: str) -> tuple[str, str | None]:
-    """(hostname, port or None) of ``host`` / ``host:port`` / ``[v6]:port``."""
-    netloc = netloc.lower()
-    if netloc.startswith("["):
-        end = netloc.find("]")
-        host, rest = netloc[:end + 1], netloc[end + 1:]
-        return host, rest[1:] if rest.startswith(":") and rest[1:] else None
-    if netloc.count(":") == 1:
-        host, _, port = netloc.partition(":")
-        return host, port or None
-    return netloc, None
-
-
-def path_matches(rule_path: str | None, path: str) -> bool:
-    if not rule_path or rule_path == "/":
-        return True
-    base = rule_path.rstrip("/")
-    return path == base or path.startswith(base + "/")
-
-
-def host_matches(rule_host: str, host: str, scheme: str) -> bool:
-    rh, rp = split_host(rule_host)
-    h, p = split_host(host)
-    if rh != h:
-        return False
-    if rp is None:
-        return True
-    effective = p or {"http": "80", "https": "443"}.get(scheme)
-    return rp == effective
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path_bases", path_forms(self.path) if self.path else ())
 
 
 def first_match(rules: Iterable[DenyRule], *, scheme: str, host: str, path: str, method: str,
-                member_id: str, project_id: str | None) -> DenyRule | None:
+                member_id: str, project_id: str | None,
+                headers: Iterable[tuple[str, str]] = ()) -> DenyRule | None:
+    """The first rule that stops this call. ``path`` is the upstream URL's raw path (encoding kept);
+    ``headers`` are the caller's, for the method-override headers."""
+    methods = effective_methods(method, headers)
+    forms: tuple[str, ...] | None = None  # computed only once a rule gets as far as the path
     for rule in rules:
         if rule.member_id is not None and rule.member_id != member_id:
             continue
         if rule.project_id is not None and rule.project_id != project_id:
             continue
-        if rule.method is not None and rule.method.upper() != method.upper():
+        if rule.method is not None and rule.method.upper() not in methods:
             continue
         if not host_matches(rule.host, host, scheme):
             continue
-        if not path_matches(rule.path, path):
-            continue
+        if rule.path_bases:
+            if forms is None:
+                forms = path_forms(path)
+            if not any(_under(base, form) for base in rule.path_bases for form in forms):
+                continue
         return rule
     return None

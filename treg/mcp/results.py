@@ -96,6 +96,9 @@ def answer_result(answer: Answer, *, call_id: str, limit: int, fallback_tier: st
         "served_via": "idempotent_replay" if replay else "upstream", "body_truncated": answer.truncated,
         "body_bytes": answer.size if answer.size is not None else len(answer.data),
         "content_type": _header(answer.headers, "Content-Type")}
+    if 300 <= answer.status < 400 and _header(answer.headers, "Location"):
+        # already rewritten by the pipeline to a treg URL (/call/… or /redirect/…): follow it with your token
+        structured["location"] = _header(answer.headers, "Location")
     ok = 200 <= answer.status < 400
     if not ok:
         # the vendor's refusal, in treg's error shape beside its own body: blame and a next step

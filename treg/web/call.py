@@ -22,7 +22,7 @@ from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
 
-_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/"}
+_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "redirect": "/redirect/"}
 
 
 #: fixed-length answers up to this size send their headers together with the body
@@ -230,5 +230,14 @@ async def call(request: web.Request) -> web.StreamResponse:
 async def catalog_call(request: web.Request) -> web.StreamResponse:
     try:
         return await handle(request, "catalog")
+    except Exception as exc:  # noqa: BLE001
+        return render_failure(request, exc)
+
+
+@routes.route("*", "/redirect/{rest:[\\s\\S]*}")
+async def redirect(request: web.Request) -> web.StreamResponse:
+    """A relayed redirect to another host, followed: relayed there with no credential (treg/call/redirects.py)."""
+    try:
+        return await handle(request, "redirect")
     except Exception as exc:  # noqa: BLE001
         return render_failure(request, exc)

@@ -1,0 +1,168 @@
+"""A usage-priced platform answer that arrives compressed settles from its real usage, and the caller
+gets the upstream's compressed bytes as they were sent (over real HTTP hops)."""
+
+import gzip
+import json
+import zlib
+
+import pytest
+
+from treg import money, tenancy
+from treg.call import encodings, metered
+from treg.keys import SERVICES
+from treg.settings import SecretStr
+from treg.testing import Gateway, ProviderPlugin, example_provider, http_response, raw_upstream
+
+CREDITS = 1_000_000
+TOKENS = 1234
+CHAT_PRICE = TOKENS * 3  # acme.chat: usage.total_tokens x 3 micro (estimate 9000)
+GEM_PRICE = TOKENS * 2
+
+
+def _compress(coding, data):
+    if coding == "gzip":
+        return gzip.compress(data)
+    if coding == "deflate":
+        return zlib.compress(data)
+    if coding == "deflate-raw":
+        c = zlib.compressobj(wbits=-15)
+        return c.compress(data) + c.flush()
+    raise AssertionError(coding)
+
+
+def media_provider(base_url):
+    return {"id": "gem", "base_url": base_url, "auth": [{"location": "header", "name": "X-Goog-Api-Key"}],
+            "endpoints": [{"id": "gem.generate", "method": "POST", "path": "/generate", "params": [],
+                           "price": {"usage": [{"path": "usageMetadata.totalTokenCount", "micro_per_unit": 2}],
+                                     "estimate_micro": 50_000},
+                           "spooled_response": True}]}
+
+
+@pytest.fixture
+async def vendor(aiohttp_client, make_app):
+    """(gateway, upstream, answers): the upstream answers whatever ``answers["reply"]`` holds."""
+    answers = {}
+    async with raw_upstream(lambda ex: answers["reply"]) as up:
+        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1"), media_provider(up.url)]),),
+                       ssrf_allow=("127.0.0.0/8",),
+                       platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-acme"),
+                                 "TREG_PLATFORM_KEY_GEM": SecretStr("pk-gem")})
+        client = await aiohttp_client(app)
+        org = await tenancy.create_org(client.app[SERVICES], slug="z", email="z@z.test")
+        gw = Gateway(client, org)
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=CREDITS, actor="t")
+        yield gw, up, answers
+        await client.close()
+
+
+@pytest.fixture
+def closes(monkeypatch):
+    """Every effective close of a hold (settle or release that changed the hold), by call id."""
+    seen = []
+    settle, release = money.settle, money.release
+
+    async def counted_settle(svc, call_id, observed):
+        ok = await settle(svc, call_id, observed)
+        if ok:
+            seen.append(("settle", call_id))
+        return ok
+
+    async def counted_release(svc, call_id):
+        ok = await release(svc, call_id)
+        if ok:
+            seen.append(("release", call_id))
+        return ok
+
+    monkeypatch.setattr(money, "settle", counted_settle)
+    monkeypatch.setattr(money, "release", counted_release)
+    return seen
+
+
+async def _hold(gw, call_id):
+    async with gw.services.db.tx() as tx:
+        return await tx.fetch_one("SELECT state, settled_micro FROM holds WHERE id = %(i)s", {"i": call_id})
+
+
+async def _assert_settled(gw, call_id, price, closes):
+    hold = await _hold(gw, call_id)
+    assert hold["state"] == "settled" and hold["settled_micro"] == price
+    assert closes == [("settle", call_id)]  # closed exactly once
+    bal = await money.balance(gw.services, gw.org["org_id"])
+    assert bal.balance_micro == CREDITS - price and bal.held_micro == 0
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "deflate-raw"])
+async def test_compressed_usage_answer_settles_from_usage_and_relays_the_compressed_bytes(vendor, closes, coding):
+    gw, up, answers = vendor
+    plain = json.dumps({"choices": [{"text": "hi"}], "usage": {"total_tokens": TOKENS}}).encode()
+    packed = _compress(coding, plain)
+    wire_coding = "deflate" if coding.startswith("deflate") else coding
+    answers["reply"] = http_response(200, packed, [("Content-Type", "application/json"),
+                                                   ("Content-Encoding", wire_coding)])
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Accept-Encoding", "gzip, deflate"),
+                                                        ("Content-Type", "application/json")], b"{}")
+    assert r.status == 200, r.body
+    assert up.last.header("Accept-Encoding") == "gzip, deflate"  # the caller's own choice went upstream
+    assert r.body == packed and r.header("Content-Encoding") == wire_coding  # exactly what the upstream sent
+    assert r.header("Content-Length") == str(len(packed))
+    assert r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+
+
+async def test_compressed_spooled_answer_settles_from_usage(vendor, closes):
+    gw, up, answers = vendor
+    image = "A" * (3 * 1024 * 1024)
+    plain = json.dumps({"candidates": [{"content": {"parts": [{"inlineData": {"data": image}}]},
+                                        "finishReason": "STOP"}],
+                        "usageMetadata": {"totalTokenCount": TOKENS}}).encode()
+    packed = gzip.compress(plain)
+    answers["reply"] = http_response(200, packed, [("Content-Type", "application/json"),
+                                                   ("Content-Encoding", "gzip")])
+    r = await gw.raw("POST", "/catalog/call/gem.generate", [("Accept-Encoding", "gzip")], b"{}")
+    assert r.status == 200 and r.body == packed and r.header("Content-Encoding") == "gzip"
+    assert r.header("X-Treg-Cost-Micro") == str(GEM_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), GEM_PRICE, closes)
+
+
+async def test_decompression_bomb_settles_at_the_estimate_and_relays_unchanged(vendor, closes, monkeypatch):
+    gw, up, answers = vendor
+    monkeypatch.setattr(metered, "EVIDENCE_DECODED_MAX", 1024 * 1024)
+    # 32 MiB of JSON whitespace before the usage: ~32 KiB compressed, far over the decode cap
+    plain = b" " * (32 * 1024 * 1024) + json.dumps({"usage": {"total_tokens": TOKENS}}).encode()
+    packed = gzip.compress(plain)
+    answers["reply"] = http_response(200, packed, [("Content-Encoding", "gzip")])
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Accept-Encoding", "gzip")], b"{}")
+    assert r.status == 200 and r.body == packed
+    assert r.header("X-Treg-Cost-Micro") == "9000"  # no readable usage: the reserve, never more
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), 9000, closes)
+
+
+def test_decoders_are_bounded_and_refuse_what_they_cannot_read():
+    data = b"x" * 100_000
+    assert encodings.decode(gzip.compress(data), ["gzip"], 100_000) == data
+    assert encodings.decode(gzip.compress(data), ["gzip"], 99_999) is None  # the cap is on decoded bytes
+    assert encodings.decode(gzip.compress(data)[:-8], ["gzip"], 10 ** 6) is None  # truncated
+    assert encodings.decode(b"not gzip", ["gzip"], 10 ** 6) is None
+    assert encodings.decode(data, ["compress"], 10 ** 6) is None  # an unknown coding
+    # codings applied in order are undone in reverse
+    assert encodings.decode(zlib.compress(gzip.compress(data)), ["gzip", "deflate"], 10 ** 6) == data
+    assert encodings.codings([("Content-Encoding", "gzip, identity"), ("X", "y")]) == ["gzip"]
+
+
+@pytest.mark.parametrize("coding", ["br", "zstd"])
+async def test_optional_codings_settle_from_usage_when_their_library_is_installed(vendor, closes, coding):
+    if coding == "br":
+        lib = pytest.importorskip("brotli")
+        pack = lib.compress
+    else:
+        lib = pytest.importorskip("zstandard")
+        pack = lib.ZstdCompressor().compress
+    gw, up, answers = vendor
+    plain = json.dumps({"usage": {"total_tokens": TOKENS}}).encode()
+    packed = pack(plain)
+    answers["reply"] = http_response(200, packed, [("Content-Encoding", coding)])
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Accept-Encoding", coding)], b"{}")
+    assert r.status == 200 and r.body == packed and r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+    bomb = pack(b"\0" * (64 * 1024 * 1024))
+    assert encodings.decode(bomb, [coding], 1024 * 1024) is None  # bounded by the decoded size

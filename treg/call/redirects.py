@@ -1,0 +1,184 @@
+"""Redirects stay inside treg (api.md, "Details that are fixed": Redirects).
+
+An HTTP client that follows a relayed redirect resends every header it was given, ``X-Treg-Token``
+included (requests, httpx and so the OpenAI and Anthropic SDKs strip only ``Authorization`` on a host
+change). So no ``Location`` or ``Content-Location`` leaves treg pointing at an upstream:
+
+* into the same tool's base URL → the equivalent treg URL, ``/call/<tool>/…`` (or the passthrough
+  form ``/call/https://host/…`` when the caller used it): a normal call, credential injected;
+* anywhere else (a relative value resolved against the upstream URL first) → ``/redirect/<opaque>``,
+  which relays to that URL with no credential at all (:func:`redirect_target`).
+
+Both are path-absolute (``/call/…``, ``/redirect/…``): every client resolves that against the URL it
+just asked, i.e. treg's own origin, whatever host name or port the caller reached treg by.
+
+The opaque value is self-contained, so any treg process holding the master key serves it: AES-256-GCM
+under a key derived from the master key for this purpose only (HKDF-SHA256, info ``treg-redirect``),
+sealing org, member, target URL, parent call id and expiry. It is unreadable (the URL may carry a token
+in its query) and unforgeable; a value that does not open, has expired, or was issued to another
+member is one and the same 404.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import time
+from dataclasses import replace
+from typing import Callable, Iterable
+from urllib.parse import quote, urljoin, urlsplit
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from treg.call.resolve import parse_rest
+from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
+from treg.context import Services
+from treg.errors import NotFound
+from treg.frozen import frozen_value
+from treg.tenancy import Identity
+
+#: relayed header → the treg header that keeps the upstream's own value (upstream X-Treg-* never pass)
+KEPT_AS = {"location": "X-Treg-Upstream-Location", "content-location": "X-Treg-Upstream-Content-Location"}
+
+#: a caller's headers a /redirect hop does not forward. The client sent them to treg's origin; facing
+#: the real cross-host hop it would have dropped its Authorization (requests, httpx, curl do), and its
+#: cookies for treg's origin were set by other upstreams' answers, not by the redirect's target
+CALLER_CREDENTIALS = frozenset({"authorization", "cookie"})
+
+_VERSION = b"\x01"
+_NONCE_LEN = 12
+_AAD = b"treg-redirect v1"
+_INFO = b"treg-redirect"
+
+
+@frozen_value
+class RedirectGrant:
+    """What a ``/redirect/<opaque>`` value carries."""
+
+    org_id: str
+    member_id: str
+    url: str  # absolute http(s) URL, query kept, no fragment
+    parent_call_id: str
+    expires_at: int  # unix seconds
+
+
+def _cipher(master: bytes) -> AESGCM:
+    # a key of its own: a redirect value never opens as a secret blob, nor a secret blob as one
+    return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(master))
+
+
+def seal(svc: Services, grant: RedirectGrant) -> str:
+    plain = json.dumps([grant.org_id, grant.member_id, grant.url, grant.parent_call_id, grant.expires_at],
+                       separators=(",", ":")).encode()
+    nonce = os.urandom(_NONCE_LEN)
+    blob = _VERSION + nonce + _cipher(svc.box.current).encrypt(nonce, plain, _AAD)
+    return base64.urlsafe_b64encode(blob).rstrip(b"=").decode()
+
+
+def open_grant(svc: Services, opaque: str) -> RedirectGrant | None:
+    """The grant sealed in ``opaque``, or None when it is not one of treg's (malformed or altered).
+    The keys tried are the current master key's and the previous ones': a rotation does not void the
+    links of the last few minutes."""
+    try:
+        blob = base64.urlsafe_b64decode(opaque + "=" * (-len(opaque) % 4))
+    except (binascii.Error, ValueError):
+        return None
+    if blob[:1] != _VERSION or len(blob) < 1 + _NONCE_LEN + 16:
+        return None
+    nonce, sealed = blob[1:1 + _NONCE_LEN], blob[1 + _NONCE_LEN:]
+    for master in (svc.box.current, *svc.box.previous):
+        try:
+            plain = _cipher(master).decrypt(nonce, sealed, _AAD)
+        except InvalidTag:
+            continue
+        org_id, member_id, url, parent, expires_at = json.loads(plain)
+        return RedirectGrant(org_id, member_id, url, parent, expires_at)
+    return None
+
+
+def _unknown() -> NotFound:
+    # one answer for altered, expired and someone else's: a value's existence is not confirmed
+    return NotFound("this redirect link is unknown, has expired, or was issued to another member; "
+                    "repeat the call that answered with it", code="redirect_not_found", refused_by="redirect")
+
+
+def redirect_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
+    """Resolve stage of ``/redirect/<opaque>``: the sealed URL, no tool, no bindings. The input comes
+    back as a call to that URL (for its audit row) without the caller's own credentials."""
+    grant = open_grant(svc, inp.rest)
+    if (grant is None or grant.org_id != ident.org_id or grant.member_id != ident.member_id
+            or grant.expires_at < time.time()):
+        raise _unknown()
+    url, _, query = grant.url.partition("?")
+    inp = replace(inp, rest=url, raw_query=query, parent_call_id=grant.parent_call_id,
+                  headers=tuple((k, v) for k, v in inp.headers if k.lower() not in CALLER_CREDENTIALS))
+    return inp, ResolvedTarget(upstream_url=url, query=tuple(split_query(query)), tool=None, bindings=(),
+                               provider=urlsplit(url).hostname)
+
+
+def _within_tool(tool: ToolRef, url: str) -> str | None:
+    """``url`` as a named call to ``tool`` (``/call/<tool>/…``) when it lies inside the tool's base URL
+    (same scheme, host and port, path prefix on a segment boundary), else None."""
+    head, _, query = url.partition("?")
+    scheme, sep, rest = head.partition("://")
+    bscheme, _, brest = tool.base.partition("://")
+    if not sep or scheme.lower() != bscheme.lower():
+        return None
+    netloc, slash, path = rest.partition("/")
+    bnetloc, _, bpath = brest.partition("/")
+    if netloc.rpartition("@")[2].lower() != bnetloc.rpartition("@")[2].lower():
+        return None
+    path, bpath = slash + path, ("/" + bpath).rstrip("/")
+    if not (path == bpath or path.startswith(bpath + "/")):
+        return None
+    pairs = split_query(query)
+    if tool.base_query and tuple(pairs[:len(tool.base_query)]) == tool.base_query:
+        pairs = pairs[len(tool.base_query):]  # the call adds the base URL's own query pairs again
+    out = "/call/" + quote(tool.name, safe="") + path[len(bpath):]
+    if pairs:
+        out += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in pairs)
+    return out
+
+
+def treg_location(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget, value: str,
+                  mask: Callable[[str], str], ttl_s: int) -> str:
+    """The treg URL a relayed ``Location``/``Content-Location`` value becomes."""
+    try:
+        # relative to what the caller asked for (never the sent URL: it may carry an injected key)
+        absolute = mask(urljoin(target.full_url, value.strip()))
+        url, hash_, fragment = absolute.partition("#")
+        parts = urlsplit(url)
+    except ValueError:  # a broken IPv6 literal: no client can follow it either
+        return mask(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return mask(value)  # nothing treg (or an HTTP client) could fetch: no credential can follow it
+    if target.tool is not None and inp.surface != "redirect":
+        named = _within_tool(target.tool, url)
+        if named is not None:
+            if inp.surface == "call" and parse_rest(inp.rest)[0] == "url":
+                return "/call/" + absolute  # the caller's passthrough form
+            return named + hash_ + fragment
+    grant = RedirectGrant(ident.org_id, ident.member_id, url, inp.call_id, int(time.time()) + ttl_s)
+    return "/redirect/" + seal(svc, grant) + hash_ + fragment
+
+
+def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget,
+                      headers: Iterable[tuple[str, str]], mask: Callable[[str], str]) -> list[tuple[str, str]]:
+    """The relayed headers with every ``Location``/``Content-Location`` pointing into treg, and the
+    upstream's own values (injected credentials masked) in treg's ``X-Treg-Upstream-*`` headers."""
+    out: list[tuple[str, str]] = []
+    kept: list[tuple[str, str]] = []
+    ttl_s = svc.settings.redirect_ttl_s
+    for k, v in headers:
+        keep = KEPT_AS.get(k.lower())
+        if keep is None:
+            out.append((k, v))
+            continue
+        out.append((k, treg_location(svc, ident, inp, target, v, mask, ttl_s)))
+        kept.append((keep, mask(v)))
+    return out + kept
