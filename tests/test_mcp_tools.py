@@ -229,3 +229,13 @@ async def test_catalog_call_refusals_carry_treg_error_body(cat):
     await gw.tool("acme.items.get", up.url + "/shadow")
     await Mcp(gw).call("catalog_call", {"endpoint": "acme.items.get", "params": {"item_id": "2"}})
     assert up.last.target == "/v1/items/2"
+
+
+async def test_a_redirect_result_names_the_treg_location_to_follow(gateway):
+    async with raw_upstream(lambda ex: http_response(302, b"", [("Location", "http://elsewhere.example/x")],
+                                                     reason="Found")) as up:
+        await gateway.tool("up", up.url + "/v1")
+        result = await Mcp(gateway).call("up", {"path": "/go"})
+    sc = result["structuredContent"]
+    assert result["isError"] is False and sc["status"] == 302
+    assert sc["location"].startswith("/redirect/")  # rewritten by the pipeline: never the upstream's URL
