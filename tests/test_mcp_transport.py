@@ -257,3 +257,17 @@ async def test_catalog_call_endpoint_is_mirrored_in_mcp_param_endpoint(gateway, 
     resp = await Mcp(gateway).post(msg, {**modern_headers("tools/call", "catalog_call"),
                                          "Mcp-Param-Endpoint": "acme.nop"})
     assert resp.status == 400 and (await resp.json())["error"]["code"] == -32020
+
+
+async def test_no_token_reaches_a_log(gateway, up, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    await gateway.tool("up", up.url)
+    m = Mcp(gateway)
+    await m.modern("tools/list")
+    await m.call("up", {"headers": {"X-Note": "hello"}})
+    await m.post(b"{broken", modern_headers("tools/list"))
+    await Mcp(gateway, token="treg_wrong_secret_value").modern("tools/list")
+    text = "\n".join(r.getMessage() + str(r.args) for r in caplog.records)
+    assert gateway.org["token"] not in text and "treg_wrong_secret_value" not in text
