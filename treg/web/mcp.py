@@ -16,14 +16,14 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from treg import __version__, tenancy
-from treg.errors import BadRequest, Forbidden, TregError, Unauthorized
+from treg.errors import BodyTooLarge, Forbidden, TregError, Unauthorized
 from treg.keys import SERVICES
 from treg.mcp.backend import PipelineBackend
 from treg.mcp.protocol import INVALID_REQUEST, Endpoint, Reply, ServerInfo
 from treg.mcp.tools import CallerContext
 from treg.settings import Settings
 from treg.web.errors import error_response, render_failure
-from treg.web.jsonio import dumps
+from treg.web.jsonio import dumps, read_body
 
 routes = web.RouteTableDef()
 
@@ -116,18 +116,6 @@ def _accepts_json(accept: str | None) -> bool:
     return False
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise BadRequest(f"the request body is larger than {limit} bytes", code="body_too_large")
-    parts, size = [], 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(f"the request body is larger than {limit} bytes", code="body_too_large")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 def _render(reply: Reply, cors: dict[str, str]) -> web.Response:
     if reply.message is None:
         return web.Response(status=reply.status, headers=cors)
@@ -160,9 +148,9 @@ async def serve(request: web.Request, *, catalog_only: bool) -> web.StreamRespon
     try:
         ident = await tenancy.authenticate(svc, _token(request), request.headers.get("X-Treg-Org"))
     except Unauthorized as exc:
-        err = Unauthorized("send your treg token as Authorization: Bearer <token> (or X-Treg-Token)"
-                           if exc.code == "missing_token" else exc.detail, code=exc.code)
-        return error_response(err, extra_headers={"WWW-Authenticate": "Bearer", **cors})
+        if not _token(request):  # no token at all: say how an MCP client sends one
+            exc.detail = "send your treg token as Authorization: Bearer <token> (or X-Treg-Token)"
+        return error_response(exc, extra_headers={"WWW-Authenticate": "Bearer", **cors})
     if not _accepts_json(request.headers.get("Accept")):
         return _rpc_refusal(406, TregError("this endpoint answers application/json: list it in Accept",
                                            code="not_acceptable", status=406, blame="caller"))
@@ -170,7 +158,7 @@ async def serve(request: web.Request, *, catalog_only: bool) -> web.StreamRespon
     if ctype is not None and ctype.split(";", 1)[0].strip().lower() != "application/json":
         return _rpc_refusal(415, TregError("send the JSON-RPC message as Content-Type: application/json",
                                            code="unsupported_media_type", status=415, blame="caller"))
-    body = await _read_body(request, settings.json_body_max_bytes)
+    body = await read_body(request, settings.json_body_max_bytes)
     ctx = CallerContext(token=_token(request) or "", org_hint=request.headers.get("X-Treg-Org"),
                         tag=request.headers.get("X-Treg-Tag"), user_agent=request.headers.get("User-Agent"))
     backend = PipelineBackend(svc, ident, ctx, catalog_only=catalog_only)
@@ -181,10 +169,8 @@ async def serve(request: web.Request, *, catalog_only: bool) -> web.StreamRespon
 async def _guarded(request: web.Request, catalog_only: bool) -> web.StreamResponse:
     try:
         return await serve(request, catalog_only=catalog_only)
-    except BadRequest as exc:
-        if exc.code == "body_too_large":
-            return _rpc_refusal(413, exc)
-        return render_failure(request, exc)
+    except BodyTooLarge as exc:
+        return _rpc_refusal(413, exc)
     except Exception as exc:  # noqa: BLE001 (the contract's error body; logged when unexpected)
         return render_failure(request, exc)
 
