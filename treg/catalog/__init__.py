@@ -8,7 +8,7 @@ The call pipeline uses it in this order (each step raises a :class:`~treg.errors
     # or: ep = lookup.resolve_named_miss(registry, rest)     # /call/<rest> after no org tool matched
     lookup.ensure_live(registry, ep, svc.settings)           # 410 for a tombstone
     checked = enforce.check_request(ep, method=..., query=raw_pairs, body=body_if_ep.needs_body)
-    creds = await ladder.load_org_credentials(svc, ident, [ep.provider])   # one short transaction
+    creds = await ladder.load_org_credentials(svc, ident, [ep.provider])   # the resolver's cached tools, secrets
     target = ladder.plan_call(registry, ep, checked, creds, svc.settings, body=body)
 """
 
