@@ -36,8 +36,8 @@ from treg.catalog.placeholders import fill_path
 from treg.catalog.registry import CatalogRegistry
 # the tier choice lives in tiers.py (alternatives needs it too, and is imported here); its names stay
 # importable from this module, as callers and plugins have used them
-from treg.catalog.tiers import (OrgCredentials, OwnTool, needed_tier, offer_tier,  # noqa: F401
-                                platform_key_configured)
+from treg.catalog.tiers import (OrgCredentials, OwnTool, how_to_get_credential, needed_tier,  # noqa: F401
+                                offer_tier, platform_key_configured)
 from treg.errors import GatewayFailed
 from treg.settings import Settings
 
@@ -129,18 +129,6 @@ async def load_org_credentials(svc: "Services", ident: "Identity",
     return OrgCredentials(org_id=ident.org_id,
                           own_tools=MappingProxyType({k: tuple(v) for k, v in own.items()}),
                           team_secrets=MappingProxyType(team))
-
-
-def how_to_get_credential(provider: Provider, endpoint: Endpoint) -> str:
-    ways = []
-    if provider.auth:
-        ways.append(f"add a secret with \"provider\": \"{provider.id}\" (POST /api/v1/secrets)")
-    ways.append(f"register a tool bound to a secret with provider {provider.id!r}")
-    if endpoint.anonymous:
-        ways.append(f"ask the operator to list {provider.id!r} in TREG_ANONYMOUS_PROVIDERS (keyless, free)")
-    if provider.auth and not endpoint.platform_blocked:
-        ways.append(f"ask the operator for a platform key ({provider.platform_setting})")
-    return "; ".join(ways[:-1]) + (", or " if len(ways) > 1 else "") + ways[-1]
 
 
 def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedRequest, creds: OrgCredentials,

@@ -1,9 +1,10 @@
 """The pure tier choice of a catalog call: which credential tier a caller gets for an endpoint.
 
 The tiers and their order are ladder.py's docstring (catalog.md "Credential tiers"). This module holds
-only what both the ladder and the capability alternatives need (what the org holds, which tier it
-gives): no database, no I/O, so :mod:`treg.catalog.alternatives` needs no import of the ladder, which
-imports it.
+only what the ladder, the capability alternatives and the search hints need (what the org holds, which
+tier it gives, how to get one): no database, no I/O, so :mod:`treg.catalog.alternatives` and
+:mod:`treg.catalog.search` need no import of the ladder (which imports the first, and reads the org's
+credentials through :mod:`treg.call.resolve`, which imports the second).
 """
 
 from __future__ import annotations
@@ -72,3 +73,15 @@ def needed_tier(provider: Provider, endpoint: Endpoint) -> Tier:
     if endpoint.anonymous:
         return "anonymous"
     return "own"
+
+
+def how_to_get_credential(provider: Provider, endpoint: Endpoint) -> str:
+    ways = []
+    if provider.auth:
+        ways.append(f"add a secret with \"provider\": \"{provider.id}\" (POST /api/v1/secrets)")
+    ways.append(f"register a tool bound to a secret with provider {provider.id!r}")
+    if endpoint.anonymous:
+        ways.append(f"ask the operator to list {provider.id!r} in TREG_ANONYMOUS_PROVIDERS (keyless, free)")
+    if provider.auth and not endpoint.platform_blocked:
+        ways.append(f"ask the operator for a platform key ({provider.platform_setting})")
+    return "; ".join(ways[:-1]) + (", or " if len(ways) > 1 else "") + ways[-1]
