@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from treg import idempotency
+from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
-from treg.call.resolve import org_tools, split_query, usable
-from treg.call.types import CallInput, ResolvedTarget
+from treg.call.types import CallInput, ResolvedTarget, split_query
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
 from treg.catalog.ladder import load_org_credentials, plan_call

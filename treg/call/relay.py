@@ -1,4 +1,5 @@
-"""Relay stage: turn a resolved target into the exact upstream request, injecting credentials.
+"""Relay stage: turn a resolved target into the exact upstream request, injecting credentials
+(:func:`prepare`), then vet where it goes and send it (:func:`send`).
 
 relay alters only three things (the seed's faithful-relay contract): hop-by-hop headers (re-derived
 per hop; the caller's Content-Length is carried), treg's control headers and cookies (dropped), and
@@ -10,8 +11,9 @@ A JSON binding is the one exception that buffers and reserializes the body.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import field
-from typing import Any, AsyncIterable, NamedTuple
+from typing import TYPE_CHECKING, Any, AsyncIterable, NamedTuple
 
 from multidict import CIMultiDict
 from sqlalchemy import and_, select
@@ -19,13 +21,18 @@ from sqlalchemy import and_, select
 from treg.bindings import Binding, OutgoingRequest
 from treg.call import headers as hdr
 from treg.call.evidence import Redactor
+from treg.call.target import ensure_dials
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
 from treg.frozen import frozen_value
 from treg.infra.crypto import DecryptError
 from treg.infra.schema import secrets
-from treg.infra.upstream import UpstreamRequest
+from treg.infra import upstream
+from treg.infra.upstream import UpstreamRequest, UpstreamResponse
+
+if TYPE_CHECKING:
+    from treg.call.state import CallState
 
 
 class OrgSecrets:
@@ -281,3 +288,24 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         stored = svc.extras.get("platform_redactors") or svc.extras.setdefault("platform_redactors", OrgSecrets({}))
     return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
                            plan.secret_values, body_kept, stored)
+
+
+async def send(svc: Services, state: "CallState") -> UpstreamResponse:
+    """The prepared request sent, once the URL it dials is vetted: a passthrough's credential goes only
+    where its tool was chosen by, and the host's current resolution is checked before every send,
+    kept-alive connection or not (DNS rebinding)."""
+    prepared, target = state.prepared, state.target
+    assert prepared is not None and target is not None
+    state.secret_values = prepared.secret_values
+    req = prepared.request
+    url = upstream.parse_url(req.url)
+    if target.dial is not None:
+        ensure_dials(url, target.dial)
+    if svc.resolver is not None:
+        await svc.resolver.vet(url.raw_host or "")
+    if svc.client is None:
+        raise GatewayFailed("treg is shutting down", code="shutting_down", blame="treg")
+    sent_at = time.monotonic()
+    resp = await upstream.send(svc.client, req, url=url)
+    state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
+    return resp

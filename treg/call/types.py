@@ -1,5 +1,5 @@
 """Frozen values passed between the call pipeline's stages (intake → resolve → authorize → reserve →
-relay → settle → evidence). None of them knows about aiohttp."""
+relay → settle → record). None of them knows about aiohttp."""
 
 from __future__ import annotations
 
