@@ -126,9 +126,9 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
     token = token.strip()
     cache = svc.extras.get("identity_cache")
-    # keyed by the token itself, not its digest: SHA-256 through OpenSSL cost ~13 µs per call with the CPU's
-    # caches cold, as they are between two calls in a busy server (docs/performance.md). The tokens of the
-    # identities cached stay in this process's memory as long as the entries do (TREG_CACHE_TTL_S, dropped
+    # keyed by the token itself, not its digest: SHA-256 through OpenSSL is costly with the CPU's caches
+    # cold, as they are between two calls in a busy server (a speed trick: docs/performance.md). The tokens
+    # of the identities cached stay in this process's memory as long as the entries do (TREG_CACHE_TTL_S, dropped
     # on any change of the org): the same trade-off as the secrets memo, docs/architecture.md
     ident = cache.get(token) if cache is not None else None
     if ident is None:

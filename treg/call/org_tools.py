@@ -10,6 +10,7 @@ from sqlalchemy import and_, select
 from yarl import URL
 
 from treg.bindings import Binding
+from treg.call.injection import compile_plan
 from treg.call.target import DialKey, dial_key
 from treg.call.types import ToolRef
 from treg.context import Services
@@ -57,7 +58,8 @@ async def org_tools(svc: Services, org_id: str) -> OrgTools:
                                bindings=bindings, project_id=r["project_id"],
                                allowed_member_ids=tuple(r["allowed_member_ids"])
                                if r["allowed_member_ids"] is not None else None,
-                               provider_backed=any(b.secret_id in provider_secrets for b in bindings)))
+                               provider_backed=any(b.secret_id in provider_secrets for b in bindings),
+                               plan=compile_plan(svc.injectors, bindings)))
         return OrgTools(out)
 
     if cache is None:

@@ -43,7 +43,7 @@ def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTar
         upstream = tool.base_slash + path
     query = tool.base_query + tuple(split_query(raw_query)) if raw_query else tool.base_query
     return ResolvedTarget(upstream_url=upstream, query=query, tool=tool, bindings=tool.bindings, provider=tool.host,
-                          credential_tier="tool")
+                          credential_tier="tool", plan=tool.plan)
 
 
 def prefix_matches(norm: str, base: str) -> bool:
@@ -82,7 +82,8 @@ def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: 
     tool = best[0]
     # the text as the caller wrote it (validated: re-parsing it yields ``key`` again; the relay checks)
     return ResolvedTarget(upstream_url=f"{scheme}://{remainder}", query=tuple(split_query(raw_query)), tool=tool,
-                          bindings=tool.bindings, provider=tool.host, credential_tier="tool", dial=key)
+                          bindings=tool.bindings, provider=tool.host, credential_tier="tool", dial=key,
+                          plan=tool.plan)
 
 
 async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallback: CatalogFallback | None = None,
