@@ -12,7 +12,7 @@ from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.call import evidence, service
-from treg.call.intake import decode_body as _decode_body, read_headers
+from treg.call.intake import decode_body as _decode_body, read_headers  # _decode_body: looked up here per load
 from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
