@@ -114,6 +114,52 @@ def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _step(text: str) -> None:
+    print(f"treg: {text}", file=sys.stderr, flush=True)
+
+
+def cmd_db_backup(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from treg.infra import backup
+    from treg.infra.database_url import resolve_dsn
+
+    _step("opening the database")
+    size = backup.backup(resolve_dsn(settings), Path(args.file), _step)
+    _print_json({"file": str(Path(args.file).expanduser()), "bytes": size})
+    return 0
+
+
+def cmd_db_restore(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from treg.infra import backup
+    from treg.infra.database_url import resolve_dsn
+
+    _step("opening the database")
+    dsn = resolve_dsn(settings)  # the embedded one is created empty on a fresh TREG_HOME
+    backup.restore(dsn, Path(args.file), _step)
+    from treg.infra import migrate
+
+    current, head = migrate.current_and_head(dsn)
+    if current != head:
+        _step(f"the backup is at revision {current}, this treg expects {head}: run `treg db upgrade`")
+    _print_json({"restored": str(Path(args.file).expanduser()), "revision": current, "head": head})
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import doctor
+
+    checks = doctor.run(settings)
+    if args.json:
+        _print_json([c.to_json() for c in checks])
+    else:
+        for c in checks:
+            print(c.line(), flush=True)
+    return 0 if all(c.ok for c in checks) else 1
+
+
 def cmd_plugins(args: argparse.Namespace, settings: Settings) -> int:
     from treg import plugins
 
@@ -247,6 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
     p = db.add_parser("upgrade", help="apply alembic migrations")
     p.set_defaults(fn=cmd_db_upgrade)
+    p = db.add_parser("backup", help="a consistent dump of the database (pg_dump's custom format) into FILE")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(fn=cmd_db_backup)
+    p = db.add_parser("restore", help="restore a `treg db backup` FILE into the configured, empty database")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(fn=cmd_db_restore)
+
+    p = sub.add_parser("doctor", help="check the installation: one `ok`/`FAIL` line per check; exit 1 on any FAIL")
+    p.add_argument("--json", action="store_true", help="print [{check, ok, detail}]")
+    p.set_defaults(fn=cmd_doctor)
 
     p = sub.add_parser("plugins", help="list loaded plugins and the hooks each implements")
     p.add_argument("--json", action="store_true")
