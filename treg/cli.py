@@ -115,7 +115,11 @@ def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _step(text: str) -> None:
-    print(f"treg: {text}", file=sys.stderr, flush=True)
+    """A progress line of a long operator command, on stderr (a log line in ``json``)."""
+    if logs.is_json():
+        print(logs.json_line(logging.INFO, "treg", text), file=sys.stderr, flush=True)
+    else:
+        print(f"treg: {text}", file=sys.stderr, flush=True)
 
 
 def cmd_db_backup(args: argparse.Namespace, settings: Settings) -> int:
@@ -339,10 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load()
-        logs.configure(settings.log_level)
+        logs.configure(settings.log_level, settings.log_format)
         return args.fn(args, settings)
     except TregError as exc:
-        print(json.dumps({"error": exc.code, "detail": exc.detail, "blame": exc.blame}), file=sys.stderr)
+        body = {"error": exc.code, "detail": exc.detail, "blame": exc.blame}
+        if logs.is_json():  # every stderr line a log object: the error body's keys beside the log's own
+            print(logs.json_line(logging.ERROR, "treg", exc.detail, **body), file=sys.stderr)
+        else:
+            print(json.dumps(body), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
