@@ -68,7 +68,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     app = create_app(settings)
 
     async def run() -> None:
-        runner = make_runner(app)
+        # SIGTERM: the listening socket closes at once (new connections refused), calls in flight get
+        # TREG_SHUTDOWN_GRACE_S to finish; then aiohttp cancels them, and a cancelled call is audited
+        # as cancelled (treg.web.call) before cleanup_ctx flushes the audit writer and closes the pool
+        runner = make_runner(app, shutdown_timeout=settings.shutdown_grace_s)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
@@ -88,8 +91,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        logging.getLogger("treg").info("shutting down")
+        logging.getLogger("treg").info("shutting down: calls in flight get up to %ss to finish",
+                                       settings.shutdown_grace_s)
         await runner.cleanup()  # drains in-flight requests, then cleanup_ctx closes pools and flushes audit
+        logging.getLogger("treg").info("stopped")
 
     asyncio.run(run())
     return 0
