@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 
 from ops_helpers import free_port, run_treg, treg_env
 
@@ -82,17 +83,21 @@ async def test_all_ok_then_a_wrong_or_missing_master_key(gateway, dsn, settings,
     assert not (tmp_path / "cli" / "secret.key").exists()
 
 
-async def test_unreachable_database_and_silent_resolver(tmp_path):
+async def test_every_check_failing(tmp_path):
+    """An unreachable database, a silent resolver, a broken plugin and the SSRF guard off."""
     dead = free_port()  # nothing listens there
     password = "pw-DOCTOR-" + os.urandom(4).hex()
     silent_dns = free_port()
     env = treg_env(tmp_path / "home", f"postgresql://treg:{password}@127.0.0.1:{dead}/treg",
-                   TREG_SECRET_KEY=crypto.new_key_text(), TREG_DNS_NAMESERVERS=f"127.0.0.1:{silent_dns}")
+                   TREG_SECRET_KEY=crypto.new_key_text(), TREG_DNS_NAMESERVERS=f"127.0.0.1:{silent_dns}",
+                   TREG_PLUGINS_DIR=str(Path(__file__).parent / "plugin_fixtures" / "syntax_error"),
+                   TREG_PROXY_SSRF_CHECK="0")
     proc = await doctor(env)
     assert proc.returncode == 1
     got = lines(proc.stdout)
+    assert all(line.startswith("FAIL ") for line in got.values()), proc.stdout
     assert got["database reachable"].startswith("FAIL database reachable: cannot connect to TREG_DATABASE_URL")
-    assert got["migrations current"].startswith("FAIL")
+    assert "bad_syntax" in got["plugins loaded"] and "TREG_PROXY_SSRF_CHECK" in got["SSRF guard on"]
     assert got["DNS resolver answering"].startswith("FAIL DNS resolver answering: ")
     assert password not in proc.stdout + proc.stderr
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 from ops_helpers import Served, http, run_treg, treg_env
@@ -31,6 +32,12 @@ def _exercise(served: Served, token: str, up_url: str) -> dict[str, str]:
     assert status == 200
     status, _, refused = http("GET", served.base + f"/call/up/items?api_key={QUERY}", "treg_not_a_token")
     assert status == 401
+    # absolute-form request target with userinfo (RFC 9112 3.2.2): neither the userinfo nor the query is logged
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as s:
+        s.sendall(f"GET http://user:{SECRET}@treg/call/up/abs?api_key={QUERY} HTTP/1.1\r\nHost: treg\r\n"
+                  f"X-Treg-Token: {token}\r\nConnection: close\r\n\r\n".encode())
+        while s.recv(65536):
+            pass
     return {"call_id": headers["X-Treg-Call-Id"], "refused_call_id": refused["X-Treg-Call-Id"]}
 
 
