@@ -89,7 +89,10 @@ def check_migrations(db: _Db) -> Check:
     name = "migrations current"
     if db.dsn is None:
         return Check(name, False, "not checked: the database is not reachable (see above)")
-    current, head = migrate.current_and_head(db.dsn)
+    try:
+        current, head = migrate.current_and_head(db.dsn)
+    except Exception as exc:  # noqa: BLE001 (psycopg2 or SQLAlchemy: the server went away since)
+        return Check(name, False, f"could not read the schema revision ({type(exc).__name__}): check the database")
     if current == head:
         return Check(name, True, f"at revision {head}")
     if current is None:
@@ -125,17 +128,23 @@ def check_master_key(settings: Settings, db: _Db) -> Check:
     if db.dsn is None:
         return Check(name, False, f"key {box.key_id} present, but no stored secret could be tried: the database "
                                   "is not reachable (see above)")
-    conn = _connect(db.dsn)
+    import psycopg2
+
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('secrets') IS NOT NULL")
-            if not cur.fetchone()[0]:
-                return Check(name, True, f"key {box.key_id} present; no secrets table yet")
-            # one secret per key id in use: a rotation cut short leaves blobs under two keys
-            cur.execute("SELECT DISTINCT ON (key_id) key_id, id, org_id, blob FROM secrets ORDER BY key_id, id")
-            rows = cur.fetchall()
-    finally:
-        conn.close()
+        conn = _connect(db.dsn)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT to_regclass('secrets') IS NOT NULL")
+                if not cur.fetchone()[0]:
+                    return Check(name, True, f"key {box.key_id} present; no secrets table yet")
+                # one secret per key id in use: a rotation cut short leaves blobs under two keys
+                cur.execute("SELECT DISTINCT ON (key_id) key_id, id, org_id, blob FROM secrets ORDER BY key_id, id")
+                rows = cur.fetchall()
+        finally:
+            conn.close()
+    except psycopg2.Error as exc:
+        return Check(name, False, f"key {box.key_id} present, but the stored secrets could not be read "
+                                  f"({type(exc).__name__}): check the database")
     for key_id, secret_id, org_id, blob in rows:
         try:
             box.decrypt(bytes(blob), org_id=org_id, secret_id=secret_id)
