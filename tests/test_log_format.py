@@ -83,6 +83,17 @@ async def test_serve_log_lines(fmt, dsn, up, tmp_path):
     assert api_lines and all(r["member_id"] == org["member_id"] and r["call_id"] is None for r in api_lines)
 
 
+def test_cli_progress_lines_are_json_in_json_mode(dsn, tmp_path):
+    key = crypto.new_key_text()
+    env = treg_env(tmp_path / "home", dsn, TREG_LOG_FORMAT="json", TREG_SECRET_KEY=key)
+    for args in (("db", "backup", str(tmp_path / "x.dump")), ("secrets", "rotate-key")):
+        proc = run_treg(env, *args)
+        assert proc.returncode == 0, proc.stderr
+        lines = [json.loads(line) for line in proc.stderr.splitlines()]
+        assert lines and all({"ts", "level", "logger", "msg"} <= set(r) for r in lines), proc.stderr
+        assert "\r" not in proc.stderr
+
+
 def test_cli_error_line_is_json_in_json_mode(tmp_path):
     env = treg_env(tmp_path / "home", "postgresql://treg@127.0.0.1:1/treg", TREG_LOG_FORMAT="json")
     proc = run_treg(env, "db", "restore", str(tmp_path / "missing.dump"))

@@ -25,6 +25,9 @@ def _print_json(obj: Any) -> None:
 
 def _progress(label: str) -> Callable[[int, int], None]:
     def show(done: int, total: int) -> None:
+        if logs.is_json():  # no carriage-return redraws among JSON lines: one object per step
+            print(logs.json_line(logging.INFO, "treg", f"{label}: {done}/{total}"), file=sys.stderr, flush=True)
+            return
         print(f"\r{label}: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
     return show
 
@@ -243,8 +246,9 @@ def cmd_rotate_key(args: argparse.Namespace, settings: Settings) -> int:
             fh.write(new_text + "\n")
         os.replace(tmp, path)  # running tregs reload the files and follow (treg.infra.crypto.SecretBox)
     else:
-        print(f"new TREG_SECRET_KEY (set it on every treg process; keep the old one until this finishes): "
-              f"{new_text}", file=sys.stderr, flush=True)
+        note = "new TREG_SECRET_KEY (set it on every treg process; keep the old one until this finishes)"
+        print(logs.json_line(logging.WARNING, "treg", note, new_key=new_text) if logs.is_json() else f"{note}: {new_text}",
+              file=sys.stderr, flush=True)
     moved = asyncio.run(_with_services(settings, lambda svc: secrets_store.rotate_key(
         svc, new_box, progress=_progress("re-encrypting secrets"))))
     out: dict[str, Any] = {"reencrypted": moved, "key_id": new_box.key_id, "previous_key_id": old.key_id}
