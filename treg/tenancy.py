@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from sqlalchemy import and_, func, insert, select, update
 
+from treg import logs
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, Forbidden, IntegrityError, NotFound, Unauthorized, Unprocessable
 from treg.ids import new_id
@@ -160,6 +161,7 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
 
 def _admitted(svc: Services, ident: Identity, org_hint: str | None) -> Identity:
     """``ident`` unless ``org_hint`` names another org (403); its last use is noted for the batch."""
+    logs.CALLER.set((ident.org_id, ident.member_id))  # the access line's org and member
     if org_hint and org_hint.strip() not in (ident.org_id, ident.org_slug):
         raise Forbidden("this token belongs to another org than X-Treg-Org names", code="wrong_org")
     touch = svc.extras.get("token_touch")
