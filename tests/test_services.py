@@ -19,6 +19,7 @@ from treg.call.audit import AuditWriter
 from treg.call.metered import SpoolBudget
 from treg.call.relay import OrgSecrets
 from treg.call.types import CallRecord
+from treg.call.injection import InjectionPlan
 from treg.context import AuditSink, NullAuditWriter, Services
 from treg.errors import NotFound
 
@@ -27,7 +28,8 @@ def test_services_has_no_extras_and_every_component_is_typed():
     names = [f.name for f in dataclasses.fields(Services)]
     assert "extras" not in names
     hints = typing.get_type_hints(Services, globalns=vars(context),
-                                  localns={"OrgSecrets": OrgSecrets, "CallRecord": CallRecord, "aiohttp": aiohttp})
+                                  localns={"OrgSecrets": OrgSecrets, "CallRecord": CallRecord, "aiohttp": aiohttp,
+                                           "InjectionPlan": InjectionPlan})
     assert set(hints) == set(names)
     assert all(hint is not typing.Any for hint in hints.values()), hints
     assert hints["caches"] is Caches and hints["audit"] is AuditSink

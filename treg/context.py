@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Mapping, Protocol
 
 import pluggy
 
-from treg.bindings import Injector
+from treg.bindings import Binding, Injector
 from treg.cache import Caches
 from treg.call.metered import SpoolBudget
 from treg.catalog.registry import CatalogRegistry
@@ -23,12 +23,14 @@ from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
 from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
+from treg.memo import BoundedMemo
 from treg.settings import Settings
 
 if TYPE_CHECKING:
     import aiohttp
 
     from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
+    from treg.call.injection import InjectionPlan  # imports this module
     from treg.call.types import CallRecord
 
 
@@ -83,3 +85,6 @@ class Services:
     audit: AuditSink = field(default_factory=NullAuditWriter)
     #: bytes the spooled answers of this process may hold at once
     spool_budget: SpoolBudget = field(default_factory=SpoolBudget)
+    #: provider id → (its auth bindings, their compiled injection plan), compiled once per provider
+    provider_plans: BoundedMemo[str, tuple[tuple[Binding, ...], InjectionPlan]] = field(
+        default_factory=lambda: BoundedMemo(256))

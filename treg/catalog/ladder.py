@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from treg.bindings import Binding
 from treg.call.relay import org_secret_rows
-from treg.call.resolve import org_tools, usable
+from treg.call.org_tools import org_tools, usable
 from treg.catalog.alternatives import alternatives
 from treg.catalog.enforce import CheckedRequest, QueryPairs, check_platform, check_request
 from treg.catalog.errors import NoCredential
@@ -99,7 +99,7 @@ async def load_org_credentials(svc: "Services", ident: "Identity",
                                providers: Iterable[str] | None = None) -> OrgCredentials:
     """The caller's org credentials per provider (all providers, or only ``providers``): provider
     secrets (newest first) and the caller-usable tools bound to one of them, by name. Read from the
-    resolver's caches (:func:`~treg.call.relay.org_secret_rows`, :func:`~treg.call.resolve.org_tools`):
+    resolver's caches (:func:`~treg.call.relay.org_secret_rows`, :func:`~treg.call.org_tools.org_tools`):
     one short read each on a miss, none on a hit, and never a second copy that could go stale."""
     wanted = set(providers) if providers is not None else None
     if wanted is not None and not wanted:
