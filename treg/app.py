@@ -27,7 +27,7 @@ from treg.settings import Settings
 from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
-from treg.web import catalog_api, money_api
+from treg.web import catalog_api, money_api, openapi
 from treg.web import errors, protocol
 
 log = logging.getLogger("treg")
@@ -112,6 +112,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, api.routes)
     errors.add_routes(app, catalog_api.routes)
     errors.add_routes(app, money_api.routes)
+    errors.add_routes(app, openapi.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     errors.add_unrouted(app)  # last: what no route above matched
     return app
