@@ -23,11 +23,12 @@ from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
 from treg.keys import CLIENT, SERVICES, SETTINGS
+from treg.metrics import Metrics
 from treg.settings import Settings
 from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
-from treg.web import catalog_api, money_api, openapi
+from treg.web import catalog_api, metrics_api, money_api, openapi
 from treg.web import errors, protocol
 
 log = logging.getLogger("treg")
@@ -74,6 +75,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     app[SETTINGS] = settings
     box = crypto.load_box(settings)
     state: dict[str, Any] = {"pm": pm, "injectors": injectors, "box": box}
+    metrics = Metrics()  # this app's own registry (two apps in one process never share one)
 
     async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
@@ -89,6 +91,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors, catalog=catalog,
                        ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
         app[SERVICES] = svc
+        svc.metrics = metrics
+        metrics.bind(svc.db)
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
@@ -113,6 +117,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, catalog_api.routes)
     errors.add_routes(app, money_api.routes)
     errors.add_routes(app, openapi.routes)
+    errors.add_routes(app, metrics_api.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     errors.add_unrouted(app)  # last: what no route above matched
     return app

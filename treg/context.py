@@ -21,6 +21,8 @@ from treg.settings import Settings
 if TYPE_CHECKING:
     import aiohttp
 
+    from treg.metrics import Metrics
+
 
 @dataclass
 class Services:
@@ -38,3 +40,5 @@ class Services:
     extras: dict[str, Any] = field(default_factory=dict)
     #: the validated endpoint catalog (treg.catalog), built by the app factory before anything starts
     catalog: CatalogRegistry = field(default_factory=CatalogRegistry.empty)
+    #: the app's Prometheus metrics (treg.metrics), fed where each audit row is queued; None outside a server
+    metrics: "Metrics | None" = None

@@ -132,6 +132,8 @@ def _audit(svc: Services, rec: CallRecord) -> None:
     writer = svc.extras.get("audit")
     if writer is not None:
         writer.record(rec)
+    if svc.metrics is not None:
+        svc.metrics.observe_call(rec)
     if not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
     call_hook(svc.pm, "treg_event", event=Event("tool_called", {

@@ -1,0 +1,178 @@
+"""Prometheus metrics of one treg process (``GET /metrics``, docs/operations.md "Metrics").
+
+One :class:`Metrics` per app, on its own ``CollectorRegistry`` (never prometheus-client's global one:
+two apps in one process, as in the tests, must not share or collide). What it costs a call: the audit
+record already carries every figure, so :meth:`Metrics.observe_call` (called where the record is queued)
+is one dict lookup, one counter increment and one histogram observation; nothing on the call path asks
+the database. What lives in the database (money) or in the pool is read when Prometheus scrapes:
+:meth:`Metrics.refresh` runs one short query per scrape, :class:`_ScrapeCollector` turns it into samples.
+
+Labels carry only bounded values: the call surface, outcome, credential tier and refusal gate, each
+mapped to ``other`` past a few dozen distinct values (a plugin's gate names are not known here), never
+an org, a token, a path or an id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from treg.call.types import CallRecord
+    from treg.infra.db import Database
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: seconds to the upstream's first byte; past 10 s are the slow models and streams
+UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+#: distinct values one label may take before new ones are counted as ``other``
+LABEL_VALUES_MAX = 32
+_LABEL = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+#: the money query's own limit: a scrape answers without money figures rather than wait on a slow database
+MONEY_TIMEOUT_S = 2.0
+
+# one scan of holds, aided by the open-holds partial index for the first two figures: every micro-USD
+# ever held is open, charged (settled_micro) or released (the rest of a closed hold)
+_MONEY_SQL = (
+    "SELECT count(*) FILTER (WHERE state = 'held') AS holds_open, "
+    "coalesce(sum(amount_micro) FILTER (WHERE state = 'held'), 0) AS held_micro, "
+    "coalesce(sum(settled_micro) FILTER (WHERE state <> 'held'), 0) AS charged_micro, "
+    "coalesce(sum(amount_micro - settled_micro) FILTER (WHERE state <> 'held'), 0) AS released_micro "
+    "FROM holds")
+
+
+@dataclass(frozen=True)
+class MoneyFigures:
+    holds_open: int
+    held_micro: int
+    charged_micro: int
+    released_micro: int
+
+
+class _Bounded:
+    """One label's values as exported: itself while fewer than LABEL_VALUES_MAX were seen, else ``other``."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def __call__(self, value: str | None) -> str:
+        if value is None:
+            return ""
+        if value in self._seen:
+            return value
+        if not _LABEL.match(value) or len(self._seen) >= LABEL_VALUES_MAX:
+            return "other"
+        self._seen.add(value)
+        return value
+
+
+class Metrics:
+    """The collectors of one app, and the figures read at scrape time."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.calls = Counter("treg_calls", "Calls audited, by surface, outcome, credential tier and refusing gate",
+                             ("surface", "outcome", "credential_tier", "refused_by"), registry=r)
+        self.upstream = Histogram("treg_upstream_seconds", "Seconds from sending a call upstream to its first "
+                                  "answer byte", ("surface",), buckets=UPSTREAM_BUCKETS, registry=r)
+        #: capacity locks held now and overflow decisions: declared for the capacity feature, 0 until it exists
+        self.capacity_locks = Gauge("treg_capacity_locks", "Capacity locks held now", registry=r)
+        self.overflow = Counter("treg_overflow", "Overflow decisions, by aggregator and result",
+                                ("aggregator", "result"), registry=r)
+        self._bounds = (_Bounded(), _Bounded(), _Bounded(), _Bounded())
+        #: raw label tuple -> the counter child: the hot path skips label validation and the family's lock
+        self._call_children: dict[tuple[Any, ...], Any] = {}
+        self._upstream_children: dict[str, Any] = {}
+        self._db: Database | None = None
+        self._money: MoneyFigures | None = None
+        r.register(_ScrapeCollector(self))
+
+    def bind(self, db: "Database") -> None:
+        """The database whose pool and money figures the scrape reports."""
+        self._db = db
+
+    # -- the call path ---------------------------------------------------------------------------
+    def observe_call(self, rec: "CallRecord") -> None:
+        key = (rec.surface, rec.outcome, rec.credential_tier, rec.refused_by)
+        child = self._call_children.get(key)
+        if child is None:
+            child = self._call_child(key)
+        child.inc()
+        if rec.ttfb_ms is not None:
+            hist = self._upstream_children.get(rec.surface)
+            if hist is None:
+                hist = self.upstream.labels(self._bounds[0](rec.surface))
+                if len(self._upstream_children) < LABEL_VALUES_MAX * 2:
+                    self._upstream_children[rec.surface] = hist
+            hist.observe(rec.ttfb_ms / 1000)
+
+    def _call_child(self, key: tuple[Any, ...]) -> Any:
+        child = self.calls.labels(*(bound(v) for bound, v in zip(self._bounds, key)))
+        if len(self._call_children) < 4096:  # the raw tuples are not bounded; what is exported is
+            self._call_children[key] = child
+        return child
+
+    # -- the scrape ------------------------------------------------------------------------------
+    async def refresh(self) -> None:
+        """Read the money figures for this scrape (one query, bounded in time); on failure the scrape
+        goes without them and ``treg_metrics_money_ok`` says so."""
+        self._money = None
+        if self._db is None:
+            return
+        try:
+            async with asyncio.timeout(MONEY_TIMEOUT_S):
+                async with self._db.tx() as tx:
+                    await tx.execute(f"SET LOCAL statement_timeout = {int(MONEY_TIMEOUT_S * 1000)}")
+                    row = await tx.fetch_one(_MONEY_SQL)
+        except Exception as exc:  # noqa: BLE001 (a scrape must answer; the failure is a figure of its own)
+            log.warning("metrics: money figures unavailable (%s)", type(exc).__name__)
+            return
+        assert row is not None
+        self._money = MoneyFigures(*(int(row[k]) for k in ("holds_open", "held_micro", "charged_micro",
+                                                            "released_micro")))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _ScrapeCollector(Collector):
+    """Figures read when scraped: the database pool, and the money figures :meth:`Metrics.refresh` read."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._m = metrics
+
+    def describe(self) -> list[Any]:
+        return []  # collected at scrape time only: nothing to check for name clashes at registration
+
+    def collect(self) -> Iterator[Any]:
+        m = self._m
+        pool = GaugeMetricFamily("treg_db_pool_connections", "Database pool connections, by state",
+                                 labels=("state",))
+        in_use, idle = m._db.pool_use() if m._db is not None else (0, 0)
+        pool.add_metric(("in_use",), in_use)
+        pool.add_metric(("idle",), idle)
+        yield pool
+        money = m._money
+        yield GaugeMetricFamily("treg_metrics_money_ok", "1 when this scrape read the money figures",
+                                value=1 if money is not None else 0)
+        if money is None:
+            return
+        yield GaugeMetricFamily("treg_holds_open", "Money holds open now (all processes on this database)",
+                                value=money.holds_open)
+        yield GaugeMetricFamily("treg_holds_open_micro", "Micro-USD held by open holds now", value=money.held_micro)
+        yield CounterMetricFamily("treg_charged_micro", "Micro-USD charged by settled holds (this database)",
+                                  value=money.charged_micro)
+        yield CounterMetricFamily("treg_released_micro", "Micro-USD held and given back when a hold closed "
+                                  "(released, or settled below its estimate)", value=money.released_micro)
