@@ -125,3 +125,17 @@ def test_label_values_stay_bounded():
     refused_by = {s.labels["refused_by"] for f in text_string_to_metric_families(m.exposition().decode())
                   if f.name == "treg_calls" for s in f.samples}
     assert len(refused_by) <= LABEL_VALUES_MAX + 1 and "other" in refused_by and "Org Slug/42" not in refused_by
+
+
+def test_upstream_buckets_are_cumulative_and_le_inclusive():
+    m = Metrics()
+    for ms in (3, 5, 700, 200_000):
+        m.observe_call(CallRecord("c", "org_x", None, "catalog", "GET", "/x", "ok", 200, ttfb_ms=ms))
+    figures = samples(m.exposition().decode())
+    assert value(figures, "treg_upstream_seconds_bucket", surface="catalog", le="0.005") == 2  # 5 ms <= 0.005
+    assert value(figures, "treg_upstream_seconds_bucket", surface="catalog", le="0.5") == 2
+    assert value(figures, "treg_upstream_seconds_bucket", surface="catalog", le="1.0") == 3
+    assert value(figures, "treg_upstream_seconds_bucket", surface="catalog", le="120.0") == 3
+    assert value(figures, "treg_upstream_seconds_bucket", surface="catalog", le="+Inf") == 4
+    assert value(figures, "treg_upstream_seconds_count", surface="catalog") == 4
+    assert abs(value(figures, "treg_upstream_seconds_sum", surface="catalog") - 200.708) < 1e-9
