@@ -101,6 +101,12 @@ class BadRequest(TregError):
     status, code, blame = 400, "bad_request", "caller"
 
 
+class BodyTooLarge(BadRequest):
+    """A request body over its route's limit (read whole up to it, never further)."""
+
+    code = "body_too_large"
+
+
 class Unauthorized(TregError):
     status, code, blame = 401, "unauthorized", "caller"
 

@@ -116,6 +116,14 @@ class Settings:
     metrics_token: SecretStr | None = _setting(
         "TREG_METRICS_TOKEN", None,
         "`GET /metrics` needs `Authorization: Bearer <this>`; unset: answered only to loopback addresses", "secret")
+    public_url: str | None = _setting(
+        "TREG_PUBLIC_URL", None, "the URL callers reach treg at (behind a proxy); treg's own origin for the MCP "
+        "Origin check; unset: `http://<listen address>:<port>`")
+    mcp_allowed_origins: tuple[str, ...] = _setting(
+        "TREG_MCP_ALLOWED_ORIGINS", (), "comma-separated browser origins (`https://app.example`) allowed to POST "
+        "to `/mcp` besides treg's own", "list")
+    mcp_max_text_bytes: int = _setting(
+        "TREG_MCP_MAX_TEXT_BYTES", 64 * 1024, "an MCP tool result's body is cut at this many bytes (saying so)", "int")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "

@@ -235,7 +235,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     try:
         if isinstance(inp.body, PendingBody):  # the edge's reading that waited for identity
             state.inp = inp = await inp.body.load(inp)
-        if inp.surface == "catalog":
+        if inp.catalog_form:
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
         elif inp.surface == "redirect":
             inp, target = redirects.redirect_target(svc, ident, inp)
