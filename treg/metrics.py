@@ -5,7 +5,7 @@ two apps in one process, as in the tests, must not share or collide). What it co
 record already carries every figure, so :meth:`Metrics.observe_call` (called where the record is queued)
 adds to two plain dicts (a count per label tuple, a bucket per latency); nothing on the call path asks
 the database. What lives in the database (money) or in the pool is read when Prometheus scrapes:
-:meth:`Metrics.refresh` runs one short query per scrape, :class:`_ScrapeCollector` turns it into samples.
+:meth:`Metrics.refresh` runs one short query per scrape, :meth:`Metrics.collect` turns it into samples.
 
 Labels carry only bounded values: the call surface, outcome, credential tier and refusal gate, each
 mapped to ``other`` past a few dozen distinct values (a plugin's gate names are not known here), never
@@ -92,13 +92,13 @@ class _Latency:
         self.total = 0.0
 
 
-class Metrics:
-    """The figures of one app and their registry.
+class Metrics(Collector):
+    """The figures of one app, its registry, and the collector of what is read at scrape time.
 
     The per-call figures are plain integers, not prometheus-client children: ``Counter.inc`` and
     ``Histogram.observe`` take a lock per update (the histogram one per bucket walk), about 10× the cost
     of a dict update, for thread safety treg does not need (every call is recorded on the event loop,
-    which also serves the scrape). :class:`_ScrapeCollector` turns them into samples when scraped."""
+    which also serves the scrape). :meth:`collect` turns them into samples when scraped."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -113,7 +113,7 @@ class Metrics:
         self._bounds = (_Bounded(), _Bounded(), _Bounded(), _Bounded())
         self._db: Database | None = None
         self._money: MoneyFigures | None = None
-        r.register(_ScrapeCollector(self))
+        r.register(self)
 
     def bind(self, db: "Database") -> None:
         """The database whose pool and money figures the scrape reports."""
@@ -164,23 +164,16 @@ class Metrics:
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
-
-class _ScrapeCollector(Collector):
-    """Figures read when scraped: the database pool, and the money figures :meth:`Metrics.refresh` read."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._m = metrics
-
     def describe(self) -> list[Any]:
         return []  # collected at scrape time only: nothing to check for name clashes at registration
 
     def collect(self) -> Iterator[Any]:
-        m = self._m
+        """The pool, the per-call figures (bounded labels) and the money figures :meth:`refresh` read."""
         calls = CounterMetricFamily("treg_calls", "Calls audited, by surface, outcome, credential tier and "
                                     "refusing gate", labels=("surface", "outcome", "credential_tier", "refused_by"))
         merged: dict[tuple[str, ...], int] = {}
-        for key, n in list(m.calls.items()):
-            labels = m._bounded(key)
+        for key, n in list(self.calls.items()):
+            labels = self._bounded(key)
             merged[labels] = merged.get(labels, 0) + n
         for labels, n in merged.items():
             calls.add_metric(labels, n)
@@ -188,8 +181,8 @@ class _ScrapeCollector(Collector):
         upstream = HistogramMetricFamily("treg_upstream_seconds", "Seconds from sending a call upstream to its "
                                          "first answer byte", labels=("surface",))
         by_surface: dict[str, tuple[list[int], float]] = {}
-        for surface, latency in list(m.upstream.items()):
-            label = m._bounds[0](surface)
+        for surface, latency in list(self.upstream.items()):
+            label = self._bounds[0](surface)
             counts, total = by_surface.get(label, ([0] * len(latency.counts), 0.0))
             by_surface[label] = ([a + b for a, b in zip(counts, latency.counts)], total + latency.total)
         for label, (counts, total) in by_surface.items():
@@ -200,11 +193,11 @@ class _ScrapeCollector(Collector):
         yield upstream
         pool = GaugeMetricFamily("treg_db_pool_connections", "Database pool connections, by state",
                                  labels=("state",))
-        in_use, idle = m._db.pool_use() if m._db is not None else (0, 0)
+        in_use, idle = self._db.pool_use() if self._db is not None else (0, 0)
         pool.add_metric(("in_use",), in_use)
         pool.add_metric(("idle",), idle)
         yield pool
-        money = m._money
+        money = self._money
         yield GaugeMetricFamily("treg_metrics_money_ok", "1 when this scrape read the money figures",
                                 value=1 if money is not None else 0)
         if money is None:
