@@ -152,8 +152,8 @@ def _op(op_id: str, summary: str, ok: str, ok_schema: dict[str, Any] | None, *, 
         body_optional: bool = False, errors: tuple[str, ...] = (), params: tuple[dict[str, Any], ...] = (),
         public: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"operationId": op_id, "summary": summary}
-    if params:
-        out["parameters"] = list(params)
+    if params or not public:
+        out["parameters"] = list(params) + ([] if public else [{"$ref": "#/components/parameters/Org"}])
     if body is not None:
         out["requestBody"] = {"required": not body_optional,
                               "content": {"application/json": {"schema": _ref(body)}}}
@@ -268,6 +268,11 @@ def document() -> dict[str, Any]:
                 "description": "a refusal (docs/errors.md)",
                 "headers": {"X-Treg-Error": {"required": True, "schema": {"const": "1"}}},
                 "content": {"application/json": {"schema": _ref("Error")}}}},
+            "parameters": {"Org": {
+                "name": "X-Treg-Org", "in": "header", "required": False,
+                "description": "the org (slug or id) a user of several orgs acts in; another org than the "
+                               "token's: 403 wrong_org",
+                "schema": {"type": "string"}}},
             "securitySchemes": {"TregToken": {"type": "apiKey", "in": "header", "name": "X-Treg-Token"}},
         },
         "security": [{"TregToken": []}],
