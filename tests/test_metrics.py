@@ -139,3 +139,25 @@ def test_upstream_buckets_are_cumulative_and_le_inclusive():
     assert value(figures, "treg_upstream_seconds_bucket", surface="catalog", le="+Inf") == 4
     assert value(figures, "treg_upstream_seconds_count", surface="catalog") == 4
     assert abs(value(figures, "treg_upstream_seconds_sum", surface="catalog") - 200.708) < 1e-9
+
+
+class _DownDatabase:
+    """A database that refuses every transaction (the server went away), its pool still countable."""
+
+    def tx(self):
+        from treg.errors import DatabaseError
+
+        raise DatabaseError("the database failed the request", code="database_error")
+
+    def pool_use(self):
+        return 3, 1
+
+
+async def test_a_scrape_answers_without_money_when_the_database_does_not():
+    m = Metrics()
+    m.bind(_DownDatabase())
+    await m.refresh()
+    figures = samples(m.exposition().decode())
+    assert value(figures, "treg_metrics_money_ok") == 0
+    assert ("treg_holds_open", ()) not in figures
+    assert value(figures, "treg_db_pool_connections", state="in_use") == 3
