@@ -22,11 +22,12 @@ from treg.infra import crypto, dns, migrate, upstream
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.keys import CLIENT, SERVICES, SETTINGS
+from treg.metrics import Metrics
 from treg.settings import Settings
 from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
-from treg.web import catalog_api, money_api
+from treg.web import catalog_api, metrics_api, money_api, openapi
 from treg.web import errors, index as index_routes, mcp as mcp_routes, protocol
 
 log = logging.getLogger("treg")
@@ -104,6 +105,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     app[SETTINGS] = settings
     box = crypto.load_box(settings)
     state: dict[str, Any] = {"pm": pm, "injectors": injectors, "box": box}
+    metrics = Metrics()  # this app's own registry (two apps in one process never share one)
 
     async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
@@ -118,6 +120,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
         svc = build_services(settings, state["db"], pm=pm, injectors=injectors, box=box, catalog=catalog)
         app[SERVICES] = svc
+        svc.metrics = metrics
+        metrics.bind(svc.db)
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
@@ -141,6 +145,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, api.routes)
     errors.add_routes(app, catalog_api.routes)
     errors.add_routes(app, money_api.routes)
+    errors.add_routes(app, openapi.routes)
+    errors.add_routes(app, metrics_api.routes)
     errors.add_routes(app, index_routes.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
     from treg.call.injection import InjectionPlan  # imports this module
     from treg.call.types import CallRecord
+    from treg.metrics import Metrics
 
 
 class AuditSink(Protocol):
@@ -88,3 +89,5 @@ class Services:
     #: provider id → (its auth bindings, their compiled injection plan), compiled once per provider
     provider_plans: BoundedMemo[str, tuple[tuple[Binding, ...], InjectionPlan]] = field(
         default_factory=lambda: BoundedMemo(256))
+    #: the app's Prometheus metrics (treg.metrics), fed where each audit row is queued; None outside a server
+    metrics: "Metrics | None" = None

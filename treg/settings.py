@@ -121,6 +121,9 @@ class Settings:
     trial_micro: int = _setting(
         "TREG_TRIAL_MICRO", 0,
         "free allowance (micro-USD) granted once to each org, the first time its account is touched", "int")
+    metrics_token: SecretStr | None = _setting(
+        "TREG_METRICS_TOKEN", None,
+        "`GET /metrics` needs `Authorization: Bearer <this>`; unset: answered only to loopback addresses", "secret")
     public_url: str | None = _setting(
         "TREG_PUBLIC_URL", None, "the URL callers reach treg at (behind a proxy); treg's own origin for the MCP "
         "Origin check; unset: `http://<listen address>:<port>`")

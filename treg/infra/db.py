@@ -129,6 +129,13 @@ class Database:
             await self._pool.wait_closed()
             self._pool = None
 
+    def pool_use(self) -> tuple[int, int]:
+        """(in use, idle) connections of the pool now, for the metrics scrape; (0, 0) when closed."""
+        if self._pool is None:
+            return 0, 0
+        idle = self._pool.freesize
+        return self._pool.size - idle, idle
+
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[aiopg.Connection]:
         assert self._pool is not None, "Database.open() was not awaited"

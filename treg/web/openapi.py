@@ -1,0 +1,285 @@
+"""``GET /api/v1/openapi.json``: the OpenAPI 3.1 document of the management API.
+
+One table (:data:`OPERATIONS`), kept beside the route tables it describes (treg/web/api.py,
+catalog_api.py, money_api.py): each row is one ``(method, path)`` a route table registers, with its
+request body and answers. ``tests/test_openapi.py`` compares the table with the routes the app
+registers, both ways, so a route added without a row (or a row left after its route went) fails CI;
+``tests/test_openapi_fuzz.py`` sends what this document allows (schemathesis) and checks the answers
+against it. The request schemas say what the domain modules accept (treg/tenancy.py, tools.py,
+secrets_store.py, deny_rules.py, treg/money/limits.py): a body the schema allows may still be refused
+for a reason no schema can express (an unknown project id, a duplicate name), always with the error body.
+
+``HEAD`` is not listed: aiohttp answers it for every ``GET`` route, as HTTP requires (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from aiohttp import web
+
+from treg.web.jsonio import json_response
+
+routes = web.RouteTableDef()
+
+PATH = "/api/v1/openapi.json"
+
+_ID = {"type": "string", "minLength": 1}
+_NULLABLE_ID = {"type": ["string", "null"]}
+_TIME = {"type": "string", "format": "date-time"}
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_IDS = {"type": ["array", "null"], "items": {"type": "string"}}
+_MICRO = {"type": "integer", "minimum": 0}
+_LIMIT = {"type": ["integer", "null"], "minimum": 0, "maximum": 10 ** 15}
+
+
+def _obj(props: dict[str, Any], required: tuple[str, ...] = (), *, closed: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    if closed:
+        out["additionalProperties"] = False  # the domain modules refuse unknown fields (invalid_field)
+    return out
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _list_of(key: str, item: str) -> dict[str, Any]:
+    return _obj({key: {"type": "array", "items": _ref(item)}}, (key,))
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "description": "Every refusal: also sent with the header `X-Treg-Error: 1`. Extra keys (hint, "
+                       "did_you_mean, limit, …) may follow; `error` is stable (docs/errors.md).",
+        **_obj({"error": {"type": "string", "pattern": "^[a-z0-9_]+$"}, "detail": {"type": "string"},
+                "blame": {"enum": ["caller", "treg", "upstream", "org_connection"]}},
+               ("error", "detail", "blame")),
+    },
+    "Me": _obj({"org_id": _ID, "org_slug": _ID, "member_id": _ID, "role": {"enum": ["owner", "admin", "member"]},
+                "email": {"type": "string"}, "project_ids": _IDS},
+               ("org_id", "org_slug", "member_id", "role", "email", "project_ids")),
+    "NewMember": _obj({"email": {"type": "string", "format": "email", "maxLength": 320},
+                       "role": {"enum": ["owner", "admin", "member"], "default": "member"},
+                       "project_ids": _IDS}, ("email",), closed=True),
+    "MemberCreated": _obj({"member_id": _ID, "token": {"type": "string"}, "email": {"type": "string"},
+                           "role": {"type": "string"}, "project_ids": _IDS, "org_id": _ID},
+                          ("member_id", "token", "email", "role", "project_ids", "org_id")),
+    "Member": _obj({"member_id": _ID, "email": {"type": "string"}, "role": {"type": "string"},
+                    "project_ids": _IDS, "created_at": _TIME}, ("member_id", "email", "role")),
+    "NewToken": _obj({"member_id": {"type": ["string", "null"],
+                                    "description": "another member's id (owner/admin); omitted: your own"}},
+                     closed=True),
+    "TokenCreated": _obj({"member_id": _ID, "token": {"type": "string"}}, ("member_id", "token")),
+    "Token": _obj({"id": _ID, "member_id": _ID, "prefix": {"type": "string"}, "created_at": _TIME,
+                   "last_used_at": _NULLABLE_TIME, "revoked_at": _NULLABLE_TIME}, ("id", "member_id", "prefix")),
+    "NewProject": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"}},
+                       ("name",), closed=True),
+    "Project": _obj({"id": _ID, "name": {"type": "string"}, "created_at": _TIME}, ("id", "name")),
+    "NewSecret": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+                       "value": {"oneOf": [{"type": "string", "minLength": 1},
+                                           {"type": "object", "minProperties": 1}],
+                                 "description": "write-only: never returned"},
+                       "provider": {"type": ["string", "null"], "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"}},
+                      ("name", "value"), closed=True),
+    "Secret": _obj({"id": _ID, "name": {"type": "string"}, "provider": {"type": ["string", "null"]},
+                    "created_at": _TIME, "updated_at": _TIME}, ("id", "name")),
+    "Binding": _obj({"location": {"type": "string", "description": "an injector's location: header, query, json, …"},
+                     "name": {"type": "string", "minLength": 1},
+                     "format": {"type": ["string", "null"], "description": "constant text with `{secret}`"},
+                     "secret_id": {"type": ["string", "null"]},
+                     "platform_setting": {"type": ["string", "null"]},
+                     "secret_field": {"type": ["string", "null"]}},
+                    ("location", "name"), closed=True),
+    "NewTool": _obj({"name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$"},
+                     "base_url": {"type": "string", "format": "uri", "description": "http(s) URL, no fragment"},
+                     "bindings": {"type": "array", "items": _ref("Binding")},
+                     "project_id": _NULLABLE_ID, "allowed_member_ids": _IDS},
+                    ("name", "base_url"), closed=True),
+    "ToolChange": _obj({"name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$"},
+                        "base_url": {"type": "string", "format": "uri"},
+                        "bindings": {"type": "array", "items": _ref("Binding")},
+                        "project_id": _NULLABLE_ID, "allowed_member_ids": _IDS}, closed=True),
+    "Tool": _obj({"id": _ID, "name": {"type": "string"}, "base_url": {"type": "string"}, "host": {"type": "string"},
+                  "bindings": {"type": "array", "items": {"type": "object"}}, "project_id": _NULLABLE_ID,
+                  "allowed_member_ids": _IDS, "created_at": _TIME, "updated_at": _NULLABLE_TIME},
+                 ("id", "name", "base_url", "host", "bindings")),
+    "NewDenyRule": _obj({"host": {"type": "string", "maxLength": 300,
+                                  "pattern": r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$"},
+                         "path": {"type": ["string", "null"], "pattern": "^/[^?#\\x00-\\x1f\\x7f]*$", "maxLength": 2000},
+                         "method": {"type": ["string", "null"], "pattern": "^[A-Za-z]{1,16}$"},
+                         "member_id": _NULLABLE_ID, "project_id": _NULLABLE_ID,
+                         "reason": {"type": ["string", "null"]}}, ("host",), closed=True),
+    "DenyRule": _obj({"id": _ID, "host": {"type": "string"}, "path": {"type": ["string", "null"]},
+                      "method": {"type": ["string", "null"]}, "member_id": _NULLABLE_ID, "project_id": _NULLABLE_ID,
+                      "reason": {"type": ["string", "null"]}, "created_at": _TIME}, ("id", "host")),
+    "Call": _obj({"call_id": _ID, "created_at": _TIME, "method": {"type": "string"}, "target": {"type": "string"},
+                  "status": {"type": ["integer", "null"]}, "outcome": {"type": "string"},
+                  "refused_by": {"type": ["string", "null"]}, "credential_tier": {"type": ["string", "null"]},
+                  "cost_micro": {"type": "integer"}, "duration_ms": {"type": ["integer", "null"]}},
+                 ("call_id", "outcome")),
+    "Balance": _obj({"balance_micro": {"type": "integer"}, "held_micro": _MICRO, "available_micro": {"type": "integer"},
+                     "granted_micro": _MICRO, "settled_micro": _MICRO, "daily_cap_micro": _LIMIT,
+                     "day": {"type": "string"}, "member": {"type": "object"}}, ("balance_micro", "available_micro")),
+    "Limits": {"type": "object", "description": "the org's daily cap, tag budgets and member caps (docs/money.md)"},
+    "DailyCap": _obj({"micro": _LIMIT}, ("micro",), closed=True),
+    "TagBudget": _obj({"budget_micro": _LIMIT}, ("budget_micro",), closed=True),
+    "MemberCap": _obj({"daily_cap_micro": _LIMIT}, ("daily_cap_micro",), closed=True),
+    "LimitSet": {"type": "object", "description": "the limit as it now stands"},
+    "Grant": _obj({"id": _ID, "kind": {"type": "string"}, "amount_micro": {"type": "integer"}}, ("id", "kind")),
+    "Endpoint": _obj({"id": _ID, "credential_tier": {"type": ["string", "null"]}, "callable": {"type": "boolean"},
+                      "billed": {"type": "boolean"}}, ("id", "callable", "billed")),
+    "Provider": _obj({"id": _ID, "platform_key_configured": {"type": "boolean"},
+                      "anonymous_allowed": {"type": "boolean"}}, ("id",)),
+}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR = {"$ref": "#/components/responses/Error"}
+
+#: refusals any authenticated route may answer: bad input, no/invalid token, wrong org or role, the
+#: database unavailable
+_COMMON = ("400", "401", "403", "503")
+
+
+def _op(op_id: str, summary: str, ok: str, ok_schema: dict[str, Any] | None, *, body: str | None = None,
+        body_optional: bool = False, errors: tuple[str, ...] = (), params: tuple[dict[str, Any], ...] = (),
+        public: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"operationId": op_id, "summary": summary}
+    if params or not public:
+        out["parameters"] = list(params) + ([] if public else [{"$ref": "#/components/parameters/Org"}])
+    if body is not None:
+        out["requestBody"] = {"required": not body_optional,
+                              "content": {"application/json": {"schema": _ref(body)}}}
+    responses: dict[str, Any] = {ok: _json(ok_schema, "success") if ok_schema is not None
+                                 else {"description": "done (no body)"}}
+    for code in (() if public else _COMMON) + errors:
+        responses[code] = _ERROR
+    out["responses"] = responses
+    if public:
+        out["security"] = []
+    return out
+
+
+def _path_param(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "description": description,
+            "schema": {"type": "string", "minLength": 1}}
+
+
+_TOOL_ID = _path_param("tool_id", "a tool id (GET /api/v1/tools)")
+
+#: (method, path) -> operation: one row per route the management route tables register
+OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
+    ("GET", PATH): _op("openapi", "this document", "200", {"type": "object"}, public=True),
+    ("GET", "/api/v1/me"): _op("me", "who the token is", "200", _ref("Me")),
+    ("POST", "/api/v1/members"): _op("addMember", "add a member (owner/admin); answers their first token",
+                                     "201", _ref("MemberCreated"), body="NewMember", errors=("409", "422")),
+    ("GET", "/api/v1/members"): _op("listMembers", "the org's members (owner/admin)", "200",
+                                    _list_of("members", "Member")),
+    ("POST", "/api/v1/tokens"): _op("createToken", "a new token for yourself, or a member (owner/admin)", "201",
+                                    _ref("TokenCreated"), body="NewToken", body_optional=True, errors=("404",)),
+    ("GET", "/api/v1/tokens"): _op("listTokens", "tokens (yours; every member's for owner/admin)", "200",
+                                   _list_of("tokens", "Token")),
+    ("DELETE", "/api/v1/tokens/{token_id}"): _op(
+        "revokeToken", "revoke a token", "204", None, errors=("404",),
+        params=(_path_param("token_id", "a token id (GET /api/v1/tokens)"),)),
+    ("POST", "/api/v1/projects"): _op("createProject", "create a project (owner/admin)", "201", _ref("Project"),
+                                      body="NewProject", errors=("409",)),
+    ("GET", "/api/v1/projects"): _op("listProjects", "the projects you can see", "200",
+                                     _list_of("projects", "Project")),
+    ("POST", "/api/v1/secrets"): _op("createSecret", "store a secret (owner/admin); its value is never returned",
+                                     "201", _ref("Secret"), body="NewSecret"),
+    ("GET", "/api/v1/secrets"): _op("listSecrets", "secrets, without values (owner/admin)", "200",
+                                    _list_of("secrets", "Secret")),
+    ("DELETE", "/api/v1/secrets/{secret_id}"): _op(
+        "deleteSecret", "delete a secret no tool binds (owner/admin)", "204", None, errors=("404", "409"),
+        params=(_path_param("secret_id", "a secret id (GET /api/v1/secrets)"),)),
+    ("POST", "/api/v1/tools"): _op("createTool", "register a tool (owner/admin)", "201", _ref("Tool"),
+                                   body="NewTool", errors=("409", "422", "502")),
+    ("GET", "/api/v1/tools"): _op("listTools", "the tools you may use", "200", _list_of("tools", "Tool")),
+    ("GET", "/api/v1/tools/{tool_id}"): _op("getTool", "one tool", "200", _ref("Tool"), errors=("404",),
+                                            params=(_TOOL_ID,)),
+    ("PATCH", "/api/v1/tools/{tool_id}"): _op("updateTool", "change a tool (owner/admin)", "200", _ref("Tool"),
+                                              body="ToolChange", errors=("404", "409", "422", "502"),
+                                              params=(_TOOL_ID,)),
+    ("DELETE", "/api/v1/tools/{tool_id}"): _op("deleteTool", "delete a tool (owner/admin)", "204", None,
+                                               errors=("404",), params=(_TOOL_ID,)),
+    ("POST", "/api/v1/deny-rules"): _op("createDenyRule", "add a deny rule (owner/admin)", "201", _ref("DenyRule"),
+                                        body="NewDenyRule", errors=("422",)),
+    ("GET", "/api/v1/deny-rules"): _op("listDenyRules", "the org's deny rules (owner/admin)", "200",
+                                       _list_of("deny_rules", "DenyRule")),
+    ("DELETE", "/api/v1/deny-rules/{rule_id}"): _op(
+        "deleteDenyRule", "delete a deny rule (owner/admin)", "204", None, errors=("404",),
+        params=(_path_param("rule_id", "a deny rule id"),)),
+    ("GET", "/api/v1/calls"): _op(
+        "listCalls", "audited calls, newest first (yours; the org's for owner/admin)", "200",
+        _list_of("calls", "Call"),
+        params=({"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},)),
+    ("GET", "/api/v1/calls/{call_id}"): _op("getCall", "one audited call", "200", _ref("Call"), errors=("404",),
+                                            params=(_path_param("call_id", "a call id (X-Treg-Call-Id)"),)),
+    ("GET", "/api/v1/catalog/endpoints"): _op(
+        "listEndpoints", "catalog endpoints and the credential tier you would get", "200",
+        _list_of("endpoints", "Endpoint"),
+        params=tuple({"name": n, "in": "query", "required": False, "schema": s} for n, s in (
+            ("provider", {"type": "string"}), ("capability", {"type": "string"}), ("q", {"type": "string"}),
+            ("status", {"enum": ["live", "retired", "broken"]})))),
+    ("GET", "/api/v1/catalog/endpoints/{endpoint_id}"): _op(
+        "getEndpoint", "one catalog endpoint, its parameters and alternatives", "200", _ref("Endpoint"),
+        errors=("404",), params=(_path_param("endpoint_id", "an endpoint id such as github.get_user"),)),
+    ("GET", "/api/v1/catalog/providers"): _op("listProviders", "catalog providers", "200",
+                                              _list_of("providers", "Provider")),
+    ("GET", "/api/v1/balance"): _op("getBalance", "the org's balance and your spend today", "200", _ref("Balance")),
+    ("GET", "/api/v1/limits"): _op("getLimits", "the org's limits", "200", _ref("Limits")),
+    ("PUT", "/api/v1/limits/daily-cap"): _op("putDailyCap", "set or remove the org's daily cap (owner/admin)",
+                                             "200", _ref("LimitSet"), body="DailyCap"),
+    ("PUT", "/api/v1/limits/tags/{tag}"): _op(
+        "putTagBudget", "set or remove a tag's budget (owner/admin)", "200", _ref("LimitSet"), body="TagBudget",
+        params=({"name": "tag", "in": "path", "required": True,
+                 "schema": {"type": "string", "pattern": "^[!-~]{1,200}$"}},)),
+    ("PUT", "/api/v1/limits/members/{member_id}"): _op(
+        "putMemberCap", "set or remove a member's daily cap (owner/admin)", "200", _ref("LimitSet"),
+        body="MemberCap", errors=("404",), params=(_path_param("member_id", "a member id"),)),
+    ("GET", "/api/v1/credits"): _op("listCredits", "the org's credit ledger, newest first (owner/admin)", "200",
+                                    _list_of("grants", "Grant")),
+}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document (a fresh copy: callers may change it)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for (method, path), op in OPERATIONS.items():
+        paths.setdefault(path, {})[method.lower()] = copy.deepcopy(op)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "treg management API", "version": "1",
+                 "description": "Management routes of treg (docs/operations.md, /work/shared api.md). Every "
+                                "refusal is the Error body with `X-Treg-Error: 1`."},
+        "paths": paths,
+        "components": {
+            "schemas": copy.deepcopy(SCHEMAS),
+            "responses": {"Error": {
+                "description": "a refusal (docs/errors.md)",
+                "headers": {"X-Treg-Error": {"required": True, "schema": {"const": "1"}}},
+                "content": {"application/json": {"schema": _ref("Error")}}}},
+            "parameters": {"Org": {
+                "name": "X-Treg-Org", "in": "header", "required": False,
+                "description": "the org (slug or id) a user of several orgs acts in; another org than the "
+                               "token's: 403 wrong_org",
+                "schema": {"type": "string"}}},
+            "securitySchemes": {"TregToken": {"type": "apiKey", "in": "header", "name": "X-Treg-Token"}},
+        },
+        "security": [{"TregToken": []}],
+    }
+
+
+@routes.get(PATH)
+async def openapi_json(request: web.Request) -> web.Response:
+    """No token needed: the document describes the API, it holds nothing of any org."""
+    return json_response(document())
