@@ -24,6 +24,7 @@ from treg.infra.db import Database
 from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.memo import BoundedMemo
+from treg.metrics import Metrics
 from treg.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
     from treg.call.injection import InjectionPlan  # imports this module
     from treg.call.types import CallRecord
-    from treg.metrics import Metrics
 
 
 class AuditSink(Protocol):
@@ -90,4 +90,4 @@ class Services:
     provider_plans: BoundedMemo[str, tuple[tuple[Binding, ...], InjectionPlan]] = field(
         default_factory=lambda: BoundedMemo(256))
     #: the app's Prometheus metrics (treg.metrics), fed where each audit row is queued; None outside a server
-    metrics: "Metrics | None" = None
+    metrics: Metrics | None = None
