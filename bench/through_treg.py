@@ -17,7 +17,7 @@ async def stream_through(port: int, prefix: str, headers: dict[str, str], total:
     on each transfer (utime + stime of ``/proc/<pid>/stat``)."""
     import aiohttp
 
-    from bench.procs import proc_cpu_s
+    from bench.procs import proc_cpu_split
 
     block = b"u" * STREAM_CHUNK
 
@@ -28,8 +28,13 @@ async def stream_through(port: int, prefix: str, headers: dict[str, str], total:
             yield block if n == STREAM_CHUNK else block[:n]
             left -= n
 
-    def cpu() -> float:
-        return proc_cpu_s(relay_pid) if relay_pid else 0.0
+    def cpu() -> tuple[float, float]:
+        return proc_cpu_split(relay_pid) if relay_pid else (0.0, 0.0)
+
+    def spent(way: str, before: tuple[float, float]) -> None:
+        after = cpu()
+        out[f"{way}_cpu_s"] = round(after[0] - before[0] + after[1] - before[1], 3)
+        out[f"{way}_sys_s"] = round(after[1] - before[1], 3)  # the kernel's share (socket copies)
 
     out: dict[str, Any] = {"bytes": total}
     timeout_cfg = aiohttp.ClientTimeout(total=timeout)
@@ -45,7 +50,7 @@ async def stream_through(port: int, prefix: str, headers: dict[str, str], total:
             except ValueError:
                 out["upload_received"] = None
         out["upload_s"] = round(time.perf_counter() - t0, 3)
-        out["upload_cpu_s"] = round(cpu() - c0, 3)
+        spent("upload", c0)
         c0, t0 = cpu(), time.perf_counter()
         got = 0
         async with s.get(f"http://127.0.0.1:{port}{prefix}/stream?bytes={total}", headers=headers) as r:
@@ -54,7 +59,7 @@ async def stream_through(port: int, prefix: str, headers: dict[str, str], total:
                 got += len(chunk)
         out["download_received"] = got
         out["download_s"] = round(time.perf_counter() - t0, 3)
-        out["download_cpu_s"] = round(cpu() - c0, 3)
+        spent("download", c0)
     gib = total / (1024 * MiB)
     for way in ("upload", "download"):
         secs = out[f"{way}_s"] or 1e-9
