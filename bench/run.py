@@ -96,7 +96,11 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
             token = org["token"]
             log_path = Path(opts.treg_log) if opts.treg_log else Path(tmp) / "treg.log"
             say("starting treg serve …")
-            treg = await start_treg(env, log_path, opts.treg_wrapper)
+            wrapper = opts.treg_wrapper
+            if opts.loop_probe:
+                wrapper = str(Path(__file__).resolve().parent / "loopprobe.py")
+                env["PROBE_OUT"] = str(Path(opts.loop_probe).resolve())
+            treg = await start_treg(env, log_path, wrapper)
             servers.append(treg)
             if plan is not None:
                 pin(treg.pid, plan[0])
@@ -211,6 +215,9 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.wait_for(spy.wait(), 60)
             # a clean shutdown flushes the audit queue: every call sent must have its row
             await treg.stop()
+            if opts.loop_probe:
+                with contextlib.suppress(OSError, ValueError):
+                    result["loop_probe"] = json.loads(Path(opts.loop_probe).read_text())
             result["audit"] = {"calls_sent_to_treg": sent_to_treg, "calls_recorded": count_calls(dsn, org["org_id"])}
         finally:
             for server in reversed(servers):
@@ -311,6 +318,18 @@ def render(result: dict[str, Any]) -> str:
                      f"{b['errors']} errors)")
         lines.append(f"treg RSS {w['rss_kib_before'] / 1024:.1f} MiB before, peak {w['rss_kib_peak'] / 1024:.1f} MiB "
                      f"while held (growth {w['rss_growth_mib']} MiB), {w['rss_kib_after'] / 1024:.1f} MiB after")
+    probe = result.get("loop_probe")
+    if probe:
+        lines.append("")
+        lines.append("loop probe (CPU time of treg's loop thread): callbacks over 0.3 ms — what, count, "
+                     "count over 1 ms, total ms, max ms")
+        for row in probe["slow_callbacks"][:10]:
+            lines.append(f"  {row}")
+        lines.append(f"  garbage collections: {probe['gc']}")
+        for key in ("insert_sql", "write_lines"):
+            if key in probe:
+                lines.append(f"  {key}: CPU ms percentiles {probe[key][0]}, {probe[key][1]:.0f} rows/lines "
+                             f"per batch, {probe[key][2]} batches")
     lines.append("")
     lines.append(f"audit: {result['audit']['calls_recorded']} call rows recorded for "
                  f"{result['audit']['calls_sent_to_treg']} calls sent to treg (warm-ups included)")
@@ -343,6 +362,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  "of the run's own; only that one is pinned)")
     p.add_argument("--treg-log", metavar="FILE", help="keep treg's log (stderr) in FILE")
     p.add_argument("--treg-wrapper", metavar="SCRIPT", help=argparse.SUPPRESS)
+    p.add_argument("--loop-probe", metavar="FILE", help="run treg under bench/loopprobe.py (loop callbacks and "
+                                                       "garbage collections timed; JSON to FILE, summary printed)")
     p.add_argument("--py-spy", metavar="FILE", help="record treg's process with py-spy (collapsed stacks to FILE)")
     p.add_argument("--json-only", action="store_true", help="print only the JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
