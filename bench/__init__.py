@@ -13,9 +13,16 @@ One run, one upstream, three ways to reach it, each at concurrency 1 and 32:
 * ``treg``     — a real ``treg serve`` (its own process, its own database, auditing on as shipped)
   answering ``/call/bench/small`` for a tool with a header binding.
 
-Then 512 MiB are streamed each way through treg (upload to an upstream that discards it, download
-from one that generates it) while treg's peak RSS (``VmHWM`` of ``/proc/<pid>/status``) is read
-before and after.
+Every phase reports p50, p99, p99.9 and the slowest request, and treg's p99 over the bare relay's.
+
+Then 512 MiB are streamed each way through the bare relay and through treg, in interleaved rounds
+(upload to an upstream that discards it, download from one that generates it): MiB/s and the relay
+process's CPU seconds per GiB (``/proc/<pid>/stat``), treg's over the bare relay's; treg's peak RSS
+(``VmHWM`` of ``/proc/<pid>/status``) is read before and after.
+
+Then the slow streams (``bench/slow.py``): 1,000 event streams (one ``data:`` event a second) held
+through treg at once while short calls are timed against the same calls just before; treg's RSS
+growth meanwhile. ``--only tail|stream|slow`` (comma-separated) runs some parts alone.
 
 Every server is its own process (upstream, baseline relay, treg); the load generator is this
 process, a raw keep-alive HTTP/1.1 client by default (``--client aiohttp`` for aiohttp's, with a
@@ -27,7 +34,7 @@ itself (no ``--dsn``, no ``TREG_DATABASE_URL``): a server it was given may be sh
 
 Modules: ``servers`` (the upstream and the bare relay), ``procs`` (processes and their /proc figures),
 ``load`` (the load generators), ``phases`` (one measured phase), ``database``, ``through_treg``
-(treg's API and the streaming), ``pinning`` (CPU placement), ``run`` (the run and its report).
+(treg's API and the streaming), ``slow`` (the slow streams), ``pinning`` (CPU placement), ``run`` (the run and its report).
 
 Internal: ``python -m bench --serve upstream|baseline`` runs one of the helper servers and
 prints ``READY <port>`` once it listens.

@@ -40,6 +40,7 @@ class Phase:
     busy_ticks: int = 0
     total_ticks: int = 0
     round_rps: list[float] = field(default_factory=list)
+    round_p99: list[float] = field(default_factory=list)
     db_xacts: int = 0
 
     def figures(self) -> dict[str, Any]:
@@ -50,6 +51,7 @@ class Phase:
             "target": self.target, "concurrency": self.concurrency, "requests": n, "errors": self.sample.errors,
             "seconds": round(secs, 3), "rps": round(n / secs, 1),
             "p50_ms": round(pct(lat, 50) * 1000, 3), "p99_ms": round(pct(lat, 99) * 1000, 3),
+            "p999_ms": round(pct(lat, 99.9) * 1000, 3), "max_ms": round(lat[-1] * 1000, 3) if lat else 0.0,
             "mean_ms": round(sum(lat) / n * 1000, 3) if n else 0.0,
             "server_cpu_us_per_req": round(self.server_cpu_s / n * 1e6, 1) if n and self.server_cpu_s else None,
             "server_cpu_pct": round(self.server_cpu_s / secs * 100, 1),
@@ -104,6 +106,7 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
     into.busy_ticks += busy1 - busy0
     into.total_ticks += total1 - total0
     into.round_rps.append(len(sample.latencies) / sample.seconds if sample.seconds else 0.0)
+    into.round_p99.append(pct(sorted(sample.latencies), 99))
     if xacts0 is not None and dsn:
         await asyncio.sleep(1.5)  # the audit writer's last batch; backends report their stats within ~1 s
         xacts1 = await db_xacts(dsn)

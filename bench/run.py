@@ -20,7 +20,10 @@ from bench.phases import Phase, Target, run_phase
 from bench.pinning import cpu_plan, database_pinned, pin
 from bench.procs import Server, free_port, machine_ticks, proc_mem_kib, run_cli, start_helper, start_treg
 from bench.servers import MiB, TARGETS, serve
+from bench.slow import raise_nofile, slow_streams
 from bench.through_treg import setup_treg_data, stream_through
+
+PARTS = ("tail", "stream", "slow")
 
 DESCRIPTION = "The relay benchmark: direct, a bare aiohttp relay and treg on one upstream."
 
@@ -40,9 +43,16 @@ def machine_text() -> str:
 
 async def bench(opts: argparse.Namespace) -> dict[str, Any]:
     concurrencies = [int(c) for c in opts.concurrency.split(",")]
+    only = set(PARTS) if opts.only == "all" else set(opts.only.split(","))
+    if only - set(PARTS):
+        raise SystemExit(f"--only takes {', '.join(PARTS)} or all")
+    if "tail" not in only:
+        concurrencies = []
+    nofile = raise_nofile()  # before any server starts: they inherit it
     servers: list[Server] = []
     result: dict[str, Any] = {"machine": machine_text(), "client": opts.client, "rounds": opts.rounds,
-                              "treg_log_level": opts.treg_log_level}
+                              "treg_log_level": opts.treg_log_level, "parts": sorted(only),
+                              "open_files_limit": nofile[0], "load_average": list(os.getloadavg())}
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not opts.quiet else (lambda *a: None)
     # other load on the machine skews every figure: measure it before anything of ours runs
     busy0, total0 = machine_ticks()
@@ -75,13 +85,22 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
             env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
             env.update(TREG_HOME=str(Path(tmp) / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
                        TREG_HOST="127.0.0.1", TREG_PORT=str(free_port()), TREG_LOG_LEVEL=opts.treg_log_level)
+            if "slow" in only:
+                # one upstream connection per held stream, plus room for the short calls: at the default
+                # pool size (256) the rest would queue for a free connection (an operator's setting)
+                env["TREG_UPSTREAM_POOL_SIZE"] = str(max(256, opts.slow_streams + 64))
+                result["treg_upstream_pool_size"] = int(env["TREG_UPSTREAM_POOL_SIZE"])
             say("creating the org (treg init) …")
             slug = "bench-" + pysecrets.token_hex(4)
             org = json.loads(await run_cli(env, "init", "--org", slug, "--email", f"{slug}@bench.test"))
             token = org["token"]
             log_path = Path(opts.treg_log) if opts.treg_log else Path(tmp) / "treg.log"
             say("starting treg serve …")
-            treg = await start_treg(env, log_path, opts.treg_wrapper)
+            wrapper = opts.treg_wrapper
+            if opts.loop_probe:
+                wrapper = str(Path(__file__).resolve().parent / "loopprobe.py")
+                env["PROBE_OUT"] = str(Path(opts.loop_probe).resolve())
+            treg = await start_treg(env, log_path, wrapper)
             servers.append(treg)
             if plan is not None:
                 pin(treg.pid, plan[0])
@@ -125,30 +144,70 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                     by[("treg", c)]["rps"] / by[("baseline", c)]["rps"], 3) if by[("baseline", c)]["rps"] else None
                 ratios[f"added_p50_ms_vs_baseline_c{c}"] = round(by[("treg", c)]["p50_ms"] - by[("baseline", c)]["p50_ms"], 3)
                 ratios[f"added_p50_ms_vs_direct_c{c}"] = round(by[("treg", c)]["p50_ms"] - by[("direct", c)]["p50_ms"], 3)
+                ratios[f"p99_treg_over_baseline_c{c}_per_round"] = [
+                    round(t / b, 2) if b else None
+                    for t, b in zip(phases[("treg", c)].round_p99, phases[("baseline", c)].round_p99)]
+                ratios[f"p99_treg_over_baseline_c{c}"] = round(
+                    by[("treg", c)]["p99_ms"] / by[("baseline", c)]["p99_ms"], 2) if by[("baseline", c)]["p99_ms"] else None
+                ratios[f"p999_treg_over_baseline_c{c}"] = round(
+                    by[("treg", c)]["p999_ms"] / by[("baseline", c)]["p999_ms"], 2) if by[("baseline", c)]["p999_ms"] else None
             result["ratios"] = ratios
             targets_met: dict[str, Any] = {}
             if 32 in concurrencies:
                 targets_met["rps_ratio_c32_ge_0.60"] = ratios["rps_treg_over_baseline_c32"] is not None and \
                     ratios["rps_treg_over_baseline_c32"] >= 0.60
+                targets_met["rps_ratio_c32_ge_0.80"] = ratios["rps_treg_over_baseline_c32"] is not None and \
+                    ratios["rps_treg_over_baseline_c32"] >= 0.80
             if 1 in concurrencies:
                 targets_met["added_p50_c1_le_1ms"] = ratios["added_p50_ms_vs_baseline_c1"] <= 1.0
+                targets_met["p99_c1_le_1.5x_baseline"] = ratios["p99_treg_over_baseline_c1"] is not None and \
+                    ratios["p99_treg_over_baseline_c1"] <= 1.5
 
-            # streaming, with treg's own peak RSS read before and after
-            if opts.stream_mib > 0:
-                say(f"streaming {opts.stream_mib} MiB each way through treg …")
-                mem_before = proc_mem_kib(treg.pid)
-                stream = await stream_through(treg.port, token, opts.stream_mib * MiB, opts.stream_timeout)
-                mem_after = proc_mem_kib(treg.pid)
+            # streaming through each relay in turn (interleaved rounds), with the relay's CPU per transfer
+            # and treg's own peak RSS read before and after
+            if "stream" in only and opts.stream_mib > 0:
+                relays = {"baseline": (base.port, "", {}, base.pid),
+                          "treg": (treg.port, "/call/bench", {"X-Treg-Token": token}, treg.pid)}
+                runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "treg": []}
+                for name, (port, prefix, headers, pid) in relays.items():
+                    # not measured: the first large transfer of a process pays its buffers' page faults
+                    await stream_through(port, prefix, headers, 16 * MiB, opts.stream_timeout, pid)
                 sent_to_treg += 2
+                mem_before = proc_mem_kib(treg.pid)
+                for rnd in range(opts.stream_rounds):
+                    # the order alternates: neither relay always runs on the other's heels
+                    order = list(relays.items()) if rnd % 2 == 0 else list(reversed(relays.items()))
+                    for name, (port, prefix, headers, pid) in order:
+                        say(f"stream round {rnd + 1}/{opts.stream_rounds}: {opts.stream_mib} MiB each way "
+                            f"through {name} …")
+                        runs[name].append(await stream_through(port, prefix, headers, opts.stream_mib * MiB,
+                                                               opts.stream_timeout, pid))
+                        if name == "treg":
+                            sent_to_treg += 2
+                mem_after = proc_mem_kib(treg.pid)
+                stream = summarize_streams(runs, opts.stream_mib * MiB)
                 stream["rss_kib_before"] = mem_before
                 stream["rss_kib_after"] = mem_after
                 growth = (mem_after["VmHWM"] - mem_before["VmHWM"]) / 1024
                 stream["peak_rss_growth_mib"] = round(growth, 1)
-                stream["ok"] = (stream["upload_status"] == 200 and stream["download_status"] == 200
-                                and stream["upload_received"] == stream["bytes"]
-                                and stream["download_received"] == stream["bytes"])
                 result["streaming"] = stream
                 targets_met["rss_growth_lt_30mib"] = growth < 30
+                r = stream["ratios"]
+                targets_met["download_mib_s_ge_0.9x_baseline"] = r["download_mib_s_treg_over_baseline"] >= 0.9
+                targets_met["download_cpu_per_gib_le_1.15x_baseline"] = (
+                    r["download_cpu_per_gib_treg_over_baseline"] is not None
+                    and r["download_cpu_per_gib_treg_over_baseline"] <= 1.15)
+
+            if "slow" in only and opts.slow_streams > 0:
+                say(f"slow streams: {opts.slow_streams} event streams held through treg for ~{opts.slow_events} s …")
+                slow = await slow_streams(treg.port, token, treg.pid, streams=opts.slow_streams,
+                                          events=opts.slow_events, short_requests=opts.requests_c1,
+                                          short_cap=opts.slow_short_cap, warmup=opts.warmup)
+                sent_to_treg += opts.slow_streams + slow["short_calls_sent"]
+                result["slow_streams"] = slow
+                targets_met["slow_streams_all_held"] = slow["ok"]
+                targets_met["slow_streams_rss_growth_lt_100mib"] = slow["rss_growth_mib"] < 100
+                targets_met["slow_streams_added_p50_le_1ms"] = slow["added_p50_ms"] <= 1.0
             result["targets_met"] = targets_met
 
             if spy is not None and spy.returncode is None:
@@ -156,6 +215,9 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                 await asyncio.wait_for(spy.wait(), 60)
             # a clean shutdown flushes the audit queue: every call sent must have its row
             await treg.stop()
+            if opts.loop_probe:
+                with contextlib.suppress(OSError, ValueError):
+                    result["loop_probe"] = json.loads(Path(opts.loop_probe).read_text())
             result["audit"] = {"calls_sent_to_treg": sent_to_treg, "calls_recorded": count_calls(dsn, org["org_id"])}
         finally:
             for server in reversed(servers):
@@ -163,41 +225,111 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def summarize_streams(runs: dict[str, list[dict[str, Any]]], total: int) -> dict[str, Any]:
+    """Each relay's transfers over all rounds (MiB/s of the summed seconds, CPU seconds per GiB of the
+    summed CPU), treg's over the bare relay's, overall and per round. treg's last transfer's own figures
+    stay at the top level (statuses, byte counts)."""
+    out: dict[str, Any] = dict(runs["treg"][-1])
+    per: dict[str, Any] = {}
+    gib = total / (1024 * MiB)
+    for name, rs in runs.items():
+        fig: dict[str, Any] = {"rounds": len(rs), "ok": all(r["ok"] for r in rs)}
+        for way in ("upload", "download"):
+            secs = sum(r[f"{way}_s"] for r in rs) or 1e-9
+            cpu = sum(r[f"{way}_cpu_s"] for r in rs)
+            fig[f"{way}_mib_s"] = round(total / MiB * len(rs) / secs, 1)
+            fig[f"{way}_cpu_s_per_gib"] = round(cpu / (gib * len(rs)), 3)
+            fig[f"{way}_sys_share_pct"] = round(sum(r[f"{way}_sys_s"] for r in rs) / cpu * 100, 1) if cpu else None
+            fig[f"{way}_mib_s_per_round"] = [r[f"{way}_mib_s"] for r in rs]
+            fig[f"{way}_cpu_s_per_gib_per_round"] = [r[f"{way}_cpu_s_per_gib"] for r in rs]
+        per[name] = fig
+    out["relays"] = per
+    ratios: dict[str, Any] = {}
+    t, b = per["treg"], per["baseline"]
+    for way in ("upload", "download"):
+        ratios[f"{way}_mib_s_treg_over_baseline"] = round(t[f"{way}_mib_s"] / b[f"{way}_mib_s"], 3)
+        ratios[f"{way}_mib_s_treg_over_baseline_per_round"] = [
+            round(x / y, 3) if y else None for x, y in zip(t[f"{way}_mib_s_per_round"], b[f"{way}_mib_s_per_round"])]
+        ratios[f"{way}_cpu_per_gib_treg_over_baseline"] = (
+            round(t[f"{way}_cpu_s_per_gib"] / b[f"{way}_cpu_s_per_gib"], 3) if b[f"{way}_cpu_s_per_gib"] else None)
+        ratios[f"{way}_cpu_per_gib_treg_over_baseline_per_round"] = [
+            round(x / y, 3) if y else None
+            for x, y in zip(t[f"{way}_cpu_s_per_gib_per_round"], b[f"{way}_cpu_s_per_gib_per_round"])]
+    out["ratios"] = ratios
+    out["ok"] = t["ok"] and b["ok"]
+    return out
+
+
 def render(result: dict[str, Any]) -> str:
     lines = [f"machine: {result['machine']}; busy {result['machine_busy_before_pct']}% before the run "
              "(other load)",
              f"load generator: {result['client']} client in its own process; {result['rounds']} round(s) "
-             f"interleaved; treg log level {result['treg_log_level']}; pinning: {result.get('pinning', 'off')}", ""]
+             f"interleaved; treg log level {result['treg_log_level']}; pinning: {result.get('pinning', 'off')}",
+             f"load average at the start: {', '.join(f'{x:.2f}' for x in result['load_average'])}; parts: "
+             f"{', '.join(result['parts'])}", ""]
     head = (f"{'target':<9} {'conc':>4} {'requests':>8} {'errors':>6} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-            f"{'srv µs/req':>10} {'srv CPU%':>8} {'up CPU%':>7} {'gen CPU%':>8} {'busy%':>6}")
+            f"{'p99.9 ms':>8} {'max ms':>8} {'srv µs/req':>10} {'srv CPU%':>8} {'up CPU%':>7} {'gen CPU%':>8} "
+            f"{'busy%':>6}")
     lines.append(head)
     lines.append("-" * len(head))
-    for f in result["throughput"]:
+    for f in result.get("throughput", []):
         us = f["server_cpu_us_per_req"]
         lines.append(f"{f['target']:<9} {f['concurrency']:>4} {f['requests']:>8} {f['errors']:>6} {f['rps']:>9.1f} "
-                     f"{f['p50_ms']:>8.3f} {f['p99_ms']:>8.3f} {('-' if us is None else f'{us:.0f}'):>10} "
+                     f"{f['p50_ms']:>8.3f} {f['p99_ms']:>8.3f} {f['p999_ms']:>8.3f} {f['max_ms']:>8.2f} "
+                     f"{('-' if us is None else f'{us:.0f}'):>10} "
                      f"{f['server_cpu_pct']:>8.1f} {f['upstream_cpu_pct']:>7.1f} {f['loadgen_cpu_pct']:>8.1f} "
                      f"{(f['machine_busy_pct'] or 0):>6.1f}")
-    for f in result["throughput"]:
+    for f in result.get("throughput", []):
         if f.get("db_transactions") is not None:
             per = f["db_transactions"] / f["requests"] * 1000 if f["requests"] else 0.0
             lines.append(f"treg at concurrency {f['concurrency']}: {f['db_transactions']} database transactions for "
                          f"{f['requests']} measured calls ({per:.1f} per 1000 calls)")
     lines.append("")
-    r = result["ratios"]
-    for key, value in r.items():
+    for key, value in result.get("ratios", {}).items():
         lines.append(f"{key}: {value}")
     s = result.get("streaming")
     if s:
         lines.append("")
-        lines.append(f"streaming through treg, {s['bytes'] // MiB} MiB each way: upload {s['upload_s']} s "
-                     f"({s['upload_mib_s']} MiB/s, status {s['upload_status']}, upstream received "
-                     f"{s['upload_received']}), download {s['download_s']} s ({s['download_mib_s']} MiB/s, "
-                     f"status {s['download_status']}, received {s['download_received']})")
+        lines.append(f"streaming {s['bytes'] // MiB} MiB each way, {s['relays']['treg']['rounds']} round(s) "
+                     f"interleaved (CPU: the relay's process)")
+        lines.append(f"{'relay':<9} {'up MiB/s':>9} {'up CPU s/GiB':>12} {'down MiB/s':>10} {'down CPU s/GiB':>14}  ok")
+        for name, f in s["relays"].items():
+            lines.append(f"{name:<9} {f['upload_mib_s']:>9.1f} {f['upload_cpu_s_per_gib']:>12.3f} "
+                         f"{f['download_mib_s']:>10.1f} {f['download_cpu_s_per_gib']:>14.3f}  {f['ok']}")
+        for key, value in s["ratios"].items():
+            lines.append(f"{key}: {value}")
+        lines.append(f"treg's last transfers: upload status {s['upload_status']}, upstream received "
+                     f"{s['upload_received']}; download status {s['download_status']}, received "
+                     f"{s['download_received']}")
         b, a = s["rss_kib_before"], s["rss_kib_after"]
         lines.append(f"treg RSS: peak (VmHWM) {b['VmHWM'] / 1024:.1f} MiB before, {a['VmHWM'] / 1024:.1f} MiB after "
                      f"(growth {s['peak_rss_growth_mib']} MiB); VmRSS {b['VmRSS'] / 1024:.1f} → "
                      f"{a['VmRSS'] / 1024:.1f} MiB")
+    w = result.get("slow_streams")
+    if w:
+        q, b = w["short_without_streams"], w["short_with_streams"]
+        lines.append("")
+        lines.append(f"slow streams: {w['streams']} event streams ({w['events_per_stream']} events, one a second) "
+                     f"through treg: {w['opened']} opened, all streaming after {w['seconds_until_all_streaming']} s, "
+                     f"{w['held_during_short_calls']} held while the short calls ran, {w['completed']} ended whole, "
+                     f"{w['failed']} failed {w['errors'] or ''}")
+        lines.append(f"short calls (c=1) p50 {q['p50_ms']} ms without the streams, {b['p50_ms']} ms with them "
+                     f"(added {w['added_p50_ms']} ms; p99 {q['p99_ms']} → {b['p99_ms']} ms; {b['requests']} calls, "
+                     f"{b['errors']} errors)")
+        lines.append(f"treg RSS {w['rss_kib_before'] / 1024:.1f} MiB before, peak {w['rss_kib_peak'] / 1024:.1f} MiB "
+                     f"while held (growth {w['rss_growth_mib']} MiB), {w['rss_kib_after'] / 1024:.1f} MiB after")
+    probe = result.get("loop_probe")
+    if probe:
+        lines.append("")
+        lines.append("loop probe (CPU time of treg's loop thread): callbacks over 0.3 ms — what, count, "
+                     "count over 1 ms, total ms, max ms")
+        for row in probe["slow_callbacks"][:10]:
+            lines.append(f"  {row}")
+        lines.append(f"  garbage collections: {probe['gc']}")
+        for key in ("insert_sql", "write_lines"):
+            if key in probe:
+                lines.append(f"  {key}: CPU ms percentiles {probe[key][0]}, {probe[key][1]:.0f} rows/lines "
+                             f"per batch, {probe[key][2]} batches")
     lines.append("")
     lines.append(f"audit: {result['audit']['calls_recorded']} call rows recorded for "
                  f"{result['audit']['calls_sent_to_treg']} calls sent to treg (warm-ups included)")
@@ -216,6 +348,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-cap", type=float, default=30.0, help="seconds one phase may run at most")
     p.add_argument("--stream-mib", type=int, default=512, help="MiB streamed each way through treg (0: skip)")
     p.add_argument("--stream-timeout", type=float, default=600.0, help="seconds one streaming transfer may take")
+    p.add_argument("--stream-rounds", type=int, default=2, help="streaming rounds (baseline then treg in each)")
+    p.add_argument("--slow-streams", type=int, default=1000, help="event streams held through treg at once (0: skip)")
+    p.add_argument("--slow-events", type=int, default=15, help="events per slow stream, one a second")
+    p.add_argument("--slow-short-cap", type=float, default=4.0, help="seconds the short calls beside them may take")
+    p.add_argument("--only", default="all", help="comma-separated parts to run: tail (the req/s and latency "
+                                                  "phases), stream (512 MiB each way), slow (slow streams); all")
     p.add_argument("--client", choices=("raw", "aiohttp"), default="raw", help="load generator")
     p.add_argument("--pin", choices=("auto", "off"), default="auto",
                    help="auto: with 2+ CPUs, the relay under test alone on one CPU, the rest on the others")
@@ -224,6 +362,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  "of the run's own; only that one is pinned)")
     p.add_argument("--treg-log", metavar="FILE", help="keep treg's log (stderr) in FILE")
     p.add_argument("--treg-wrapper", metavar="SCRIPT", help=argparse.SUPPRESS)
+    p.add_argument("--loop-probe", metavar="FILE", help="run treg under bench/loopprobe.py (loop callbacks and "
+                                                       "garbage collections timed; JSON to FILE, summary printed)")
     p.add_argument("--py-spy", metavar="FILE", help="record treg's process with py-spy (collapsed stacks to FILE)")
     p.add_argument("--json-only", action="store_true", help="print only the JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

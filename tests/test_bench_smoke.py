@@ -19,7 +19,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent  # bench/ is not installed: ru
 def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     args = [sys.executable, "-m", "bench", "--dsn", dsn, "--requests", "50", "--requests-c1", "50",
             "--warmup", "5", "--concurrency", "1,4", "--rounds", "1", "--time-cap", "60",
-            "--stream-mib", "2", "--stream-timeout", "120", "--quiet"]
+            "--stream-mib", "2", "--stream-timeout", "120", "--stream-rounds", "1",
+            "--slow-streams", "20", "--slow-events", "5", "--slow-short-cap", "10", "--quiet"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -30,15 +31,28 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     assert set(rows) == {(t, c) for t in TARGETS for c in (1, 4)}
     for f in rows.values():
         assert f["requests"] == 50 and f["errors"] == 0 and f["statuses"] == {"200": 50}
-        assert f["rps"] > 0 and 0 < f["p50_ms"] <= f["p99_ms"]
+        assert f["rps"] > 0 and 0 < f["p50_ms"] <= f["p99_ms"] <= f["p999_ms"] <= f["max_ms"]
     for c in (1, 4):
         assert isinstance(result["ratios"][f"rps_treg_over_baseline_c{c}"], float)
         assert isinstance(result["ratios"][f"added_p50_ms_vs_baseline_c{c}"], float)
+        assert isinstance(result["ratios"][f"p99_treg_over_baseline_c{c}"], float)
+        assert len(result["ratios"][f"p99_treg_over_baseline_c{c}_per_round"]) == 1
 
     stream = result["streaming"]
     assert stream["ok"] is True
     assert stream["upload_received"] == stream["download_received"] == 2 * 1024 * 1024
     assert stream["rss_kib_before"]["VmHWM"] > 0 and stream["rss_kib_after"]["VmHWM"] > 0
+    # the same transfers through the bare relay, with each relay's CPU per GiB read from /proc
+    for relay in ("baseline", "treg"):
+        figures = stream["relays"][relay]
+        assert figures["ok"] is True and figures["rounds"] == 1
+        assert figures["download_mib_s"] > 0 and figures["download_cpu_s_per_gib"] >= 0
+    assert isinstance(stream["ratios"]["download_mib_s_treg_over_baseline"], float)
+
+    # the slow streams were all held open while the short calls ran, and each ended whole
+    slow = result["slow_streams"]
+    assert slow["ok"] is True and slow["completed"] == 20 and slow["events"] == 20 * 5
+    assert slow["short_with_streams"]["requests"] > 0 and slow["rss_kib_peak"] >= slow["rss_kib_before"] > 0
 
     # with two CPUs or more, each relay ran alone on one (the report says where everything ran); the
     # session's PostgreSQL was given with --dsn, so the run left it where it was (tests/test_bench_pinning.py)
@@ -52,5 +66,5 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     # the human-readable table came first, with every target and the ratios
     text = "\n".join(lines[:-1])
     for word in ("direct", "baseline", "treg", "req/s", "p50 ms", "p99 ms", "rps_treg_over_baseline_c4",
-                 "VmHWM"):
+                 "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:"):
         assert word in text

@@ -43,8 +43,10 @@ CALLER: ContextVar[tuple[str, str | None] | None] = ContextVar("treg_caller", de
 #: how long an INFO line may wait in the buffer under ``treg serve``
 FLUSH_INTERVAL_S = 0.5
 _BUFFER = 64 * 1024
-#: at most this many access lines wait unformatted (a bound on memory between two timer flushes)
-_LINES_MAX = 2048
+#: at most this many access lines wait unformatted: a bound on memory between two timer flushes, and on
+#: how long one batch holds the loop (2 048 lines were ~5 ms at once: the call in flight waited for
+#: them, a tail of the c=1 latency; 256 are ~0.5 ms; docs/performance.md round 4)
+_LINES_MAX = 256
 
 
 class Formatter(logging.Formatter):

@@ -43,6 +43,9 @@ def _column_sql(column: Any) -> str:
 _INSERT_SQL = (f"INSERT INTO {calls.name} ({', '.join(c.name for c in _COLUMNS)}) "
                f"SELECT {', '.join(_column_sql(c) for c in _COLUMNS)} FROM jsonb_array_elements(%(rows)s::jsonb) AS r")
 BATCH_MAX = 500
+#: rows encoded per step of the loop: a 500-row batch encoded at once held the loop for ms at a time,
+#: so the call in flight at that moment waited for it (the c=1 tail, docs/performance.md round 4)
+ENCODE_SLICE = 64
 _TOUCH_SQL = f"UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(ids)s)"
 
 
@@ -90,9 +93,10 @@ class AuditWriter:
                 while pending or touched:
                     batch = pending[:BATCH_MAX]
                     try:
+                        insert = await insert_sql_spread(batch) if batch else None
                         async with self._svc.db.tx() as tx:
-                            if batch:
-                                await tx.execute(*insert_sql(batch))
+                            if insert is not None:
+                                await tx.execute(*insert)
                             if touched:
                                 await tx.execute(_TOUCH_SQL, {"ids": sorted(touched)})
                         del pending[:len(batch)]
@@ -145,6 +149,24 @@ def insert_sql(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
     key repeated in every row) is as cheap: encoding a list of rows is one C call and half the
     bytes (docs/performance.md). Text PostgreSQL cannot store (a NUL in an upstream's error body, a
     lone surrogate from a request line that was not UTF-8) becomes U+FFFD instead of failing the batch."""
+    return _INSERT_SQL, {"rows": _encode_rows(batch)}
+
+
+async def insert_sql_spread(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
+    """:func:`insert_sql`, the same text, encoded ``ENCODE_SLICE`` rows at a time with the loop let run
+    in between: the calls in flight do not wait for a whole batch's encoding."""
+    if len(batch) <= ENCODE_SLICE:
+        return insert_sql(batch)
+    parts = []
+    for i in range(0, len(batch), ENCODE_SLICE):
+        if i:
+            await asyncio.sleep(0)
+        parts.append(_encode_rows(batch[i:i + ENCODE_SLICE])[1:-1])  # the rows without the array's brackets
+    return _INSERT_SQL, {"rows": "[" + ",".join(parts) + "]"}
+
+
+def _encode_rows(batch: list[CallRecord]) -> str:
+    """The rows as one JSON array of arrays (text PostgreSQL can store)."""
     try:
         # orjson: a seventh of the stdlib encoder's time per row (docs/performance.md); it refuses what
         # is not valid UTF-8 (a lone surrogate) and any non-str key, which the stdlib encoder below
@@ -154,7 +176,7 @@ def insert_sql(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
         rows = json.dumps(batch, separators=(",", ":"))
     if "\\u0000" in rows or "\\ud" in rows or "\\uD" in rows:
         rows = _UNSTORABLE.sub(_storable, rows)
-    return _INSERT_SQL, {"rows": rows}
+    return rows
 
 
 async def prune_evidence(svc: Services) -> int:

@@ -194,10 +194,15 @@ def map_client_error(exc: BaseException, url: str) -> TregError:
     return GatewayFailed(f"the upstream {host} failed: {type(exc).__name__}", code="upstream_unreachable")
 
 
-async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce, chunk: int) -> AsyncIterator[bytes]:
+async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce) -> AsyncIterator[bytes]:
+    """The body as it arrives: each piece is what aiohttp buffered since the last (``readany``), not
+    sliced into 64 KiB copies (``iter_chunked``) behind a second iterator. aiohttp stops reading the
+    socket past its buffer's high-water mark, so a piece stays bounded (a few hundred KiB); fewer,
+    larger writes to the caller (docs/performance.md round 4)."""
     complete = False
+    read = resp.content.readany
     try:
-        async for data in resp.content.iter_chunked(chunk):
+        while data := await read():
             yield data
         complete = True
     except aiohttp.ClientError as exc:
@@ -212,7 +217,7 @@ async def _replay(data: bytes) -> AsyncIterator[bytes]:
         yield data
 
 
-async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: int = 64 * 1024,
+async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *,
                on_connect: Callable[[], Awaitable[None]] | None = None, url: URL | None = None) -> UpstreamResponse:
     """Send ``req`` and return as soon as the status line and headers arrived; the body streams.
     ``url``: ``req.url`` already parsed (``URL(req.url, encoded=True)``), to parse it once per call."""
@@ -250,4 +255,4 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *, chunk: i
         return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers, body=_replay(whole),
                                 closer=closer, index=resp.headers, whole=whole)
     return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,
-                            body=_iterate(resp, closer, chunk), closer=closer, index=resp.headers)
+                            body=_iterate(resp, closer), closer=closer, index=resp.headers)

@@ -70,8 +70,9 @@ async def _whole(read: Awaitable[bytes]) -> bytes:
 async def _caller_stream(request: web.Request) -> AsyncIterator[bytes]:
     """The caller's body, streamed; a caller that hangs up mid-upload surfaces as a 400 naming that
     (the upstream client unwraps it from its send error), not as an upstream failure."""
+    read = request.content.readany  # as it arrives, no 64 KiB slicing copies (docs/performance.md round 4)
     try:
-        async for chunk in request.content.iter_chunked(64 * 1024):
+        while chunk := await read():
             yield chunk
     except _BODY_BROKEN as exc:
         raise BadRequest("the request body ended before it was complete (the connection closed)",
