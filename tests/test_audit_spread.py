@@ -42,7 +42,7 @@ async def test_a_large_batch_is_encoded_in_slices_with_the_loop_running_between(
 
 async def test_rows_of_a_spread_batch_are_all_stored(gateway):
     org_id = gateway.org["org_id"]
-    writer = gateway.services.extras["audit"]
+    writer = gateway.services.audit
     for rec in _records(org_id, 300, "call_spread"):
         writer.record(rec)
     await writer.flush()
