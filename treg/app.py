@@ -16,6 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from treg import logs, plugins
+from treg.capacity.signatures import load_signatures
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.context import Services
 from treg.infra import crypto, dns, migrate, upstream
@@ -69,6 +70,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
     catalog = load_catalog(pm, injectors)
     warn_unknown_anonymous(catalog, settings)
+    # capacity signatures name catalog providers: validated right after it, a bad row stops startup too
+    signatures = load_signatures(pm, catalog)
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
@@ -89,6 +92,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors, catalog=catalog,
                        ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
         app[SERVICES] = svc
+        svc.extras["capacity_signatures"] = signatures  # read by the pipeline once it is wired (docs/resilience.md)
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
