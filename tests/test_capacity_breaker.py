@@ -189,3 +189,25 @@ async def test_rows_list_locks_and_strikes_in_the_contract_shape(store, clock):
 async def test_burst_never_strikes(store):
     with pytest.raises(ValueError):
         await store.strike("burst", "acme", None)
+
+
+async def test_strikes_spent_by_an_ended_lock_do_not_count_again(svc, clock):
+    store = BreakerStore(svc.db, svc.settings.replace(capacity_guess_hold_s=60), clock=clock)
+    await store.strike("balance", "acme", None)
+    clock.advance(20)
+    assert (await store.strike("balance", "acme", None)).outcome == "locked"
+    clock.advance(61)  # the lock ended, still inside the strike window of the first strike
+    assert (await store.strike("balance", "acme", None)).outcome == "first"
+
+
+async def test_without_its_listener_the_view_reloads_at_least_every_second(svc, clock):
+    now = [0.0]
+    view = LockView(svc.db, svc.settings, clock=clock, monotonic=lambda: now[0])
+    await view.lookup("acme", None)
+    loads = view.loads
+    now[0] = 0.9
+    await view.lookup("acme", None)
+    assert view.loads == loads
+    now[0] = 1.1
+    await view.lookup("acme", None)
+    assert view.loads == loads + 1

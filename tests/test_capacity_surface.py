@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from test_capacity_breaker import Clock
+from test_api_management import add_member
 from test_cli import treg
 
 from treg.capacity.breaker import BreakerStore
@@ -49,3 +50,13 @@ async def test_cli_lists_and_clears(client, dsn, tmp_path):
     assert cleared.returncode == 0 and json.loads(cleared.stdout) == {"key": "beta.search", "cleared": True}
     assert treg(home, dsn, "capacity", "clear", "beta/search").returncode == 1
     assert [r["key"] for r in json.loads(treg(home, dsn, "capacity", "list").stdout)] == ["acme"]
+
+
+async def test_api_is_for_owner_and_admin_only(client, owner):
+    member = await add_member(client, owner["headers"], "m@acme.test")
+    admin = await add_member(client, owner["headers"], "a@acme.test", role="admin")
+    refused = await client.get("/api/v1/capacity", headers={"X-Treg-Token": member["token"]})
+    assert refused.status == 403 and (await refused.json())["error"] == "forbidden_role"
+    assert refused.headers.get("X-Treg-Error") == "1"
+    allowed = await client.get("/api/v1/capacity", headers={"X-Treg-Token": admin["token"]})
+    assert allowed.status == 200 and await allowed.json() == {"locks": []}
