@@ -43,7 +43,9 @@ class Monid(agg.Aggregator):
                    "input": {"body": call.body, "queryParams": dict(call.query), "pathParams": dict(call.path_params)}}
         deadline = time.monotonic() + poll_max_s
         ex = await exchange(session, "POST", base + "/v1/run", key, payload, timeout_s=poll_max_s)
-        if ex.status == 202 and isinstance(ex.data, dict) and isinstance(ex.data.get("runId"), str):
+        # 202 (or a 200 whose run is still going): poll the run until it ends or the bound passes
+        if ex.status in (200, 202) and isinstance(ex.data, dict) and isinstance(ex.data.get("runId"), str) \
+                and (ex.status == 202 or ex.data.get("status") in _RUNNING):
             run_url = f"{base}/v1/runs/{quote(ex.data['runId'], safe='')}"
             delay = _POLL_FIRST_DELAY_S
             while True:

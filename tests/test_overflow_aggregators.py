@@ -206,3 +206,9 @@ async def test_health_marks_aggregator_wide_or_per_vendor(svc):
     assert await store.first_usable(routes, "acme") == ORTH_ROUTE
     no_key = OverflowStore(svc.db, svc.settings, clock=clock)
     assert await no_key.first_usable(routes, "acme") is None  # no TREG_OVERFLOW_KEY_*: skipped
+
+
+async def test_monid_200_still_running_is_polled(aiohttp_server):
+    res, seen = await monid(aiohttp_server, (200, {"runId": "run-1", "status": "RUNNING"}),
+                            polls=[(200, completed(200, {"done": 1}))])
+    assert res.ok and res.vendor_body == {"done": 1} and len(seen) == 2

@@ -20,6 +20,7 @@ from treg.capacity.signatures import load_signatures
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.context import Services
 from treg.infra import crypto, dns, migrate, upstream
+from treg.overflow.aggregator import collect_aggregators
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
@@ -68,7 +69,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins)
     injectors = plugins.collect_injectors(pm)
     # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
-    catalog = load_catalog(pm, injectors)
+    aggregators = collect_aggregators(pm)  # before the catalog: endpoint rows' overflow routes name them
+    catalog = load_catalog(pm, injectors, aggregators)
     warn_unknown_anonymous(catalog, settings)
     # capacity signatures name catalog providers: validated right after it, a bad row stops startup too
     signatures = load_signatures(pm, catalog)
@@ -92,7 +94,9 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         svc = Services(settings=settings, db=state["db"], box=box, pm=pm, injectors=injectors, catalog=catalog,
                        ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow))
         app[SERVICES] = svc
-        svc.extras["capacity_signatures"] = signatures  # read by the pipeline once it is wired (docs/resilience.md)
+        # read by the pipeline once it is wired (docs/resilience.md "Not yet wired")
+        svc.extras["capacity_signatures"] = signatures
+        svc.extras["aggregators"] = aggregators
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
