@@ -206,3 +206,18 @@ def test_startup_refuses_a_bad_signature_row(tmp_path, dsn):
     with pytest.raises(CatalogError) as err:
         create_app(testing.make_settings(tmp_path / "home", plugins_dir=plugdir), dsn=dsn)
     assert [(p.plugin, p.field) for p in err.value.problems] == [("dir:bad.py", "status")]
+
+
+def test_provider_capacity_refusal_body_and_headers():
+    from treg.capacity.errors import ProviderCapacity
+
+    err = ProviderCapacity(provider="acme", endpoint="acme.items-get", kind="quota",
+                           resets_at=NOW + timedelta(seconds=90.2), alternatives=[{"id": "beta.items"}], now=NOW)
+    assert (err.status, err.blame, err.refused_by, err.headers) == (503, "treg", "capacity", {"Retry-After": "91"})
+    body = err.body()
+    assert body["error"] == "provider_capacity" and body["resets_at"] == "2026-12-01T10:01:30.200000Z"
+    assert (body["provider"], body["endpoint"], body["kind"], body["alternatives"]) == (
+        "acme", "acme.items-get", "quota", [{"id": "beta.items"}])
+    unknown = ProviderCapacity(provider="acme", endpoint=None, kind="balance", resets_at=None, alternatives=[])
+    assert unknown.headers == {} and unknown.body()["resets_at"] is None and unknown.body()["endpoint"] is None
+    assert "overflow_refused" not in unknown.body()
