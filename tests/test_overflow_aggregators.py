@@ -212,3 +212,35 @@ async def test_monid_200_still_running_is_polled(aiohttp_server):
     res, seen = await monid(aiohttp_server, (200, {"runId": "run-1", "status": "RUNNING"}),
                             polls=[(200, completed(200, {"done": 1}))])
     assert res.ok and res.vendor_body == {"done": 1} and len(seen) == 2
+
+
+def test_judge_an_aggregator_failure_is_data():
+    from treg.capacity.signatures import Signature, SignatureRegistry
+    from treg.overflow.outcome import judge
+
+    sigs = SignatureRegistry((Signature(provider="acme", kind="balance", plugin="p", index=0, status=(402,),
+                                        body_contains="insufficient credits"),))
+    ok = judge("monid", "acme", "acme.items-get",
+               agg.OverflowResult(vendor_status=200, vendor_body={"a": 1}, price_micro=15000), sigs)
+    assert ok.serve and ok.charge_micro == 15000 and ok.mark is None
+    vendor_404 = judge("monid", "acme", None, agg.OverflowResult(vendor_status=404, vendor_body={"e": 1}), sigs)
+    assert vendor_404.serve and vendor_404.charge_micro == 0  # the vendor's own answer, relayed as it is
+    out = judge("monid", "acme", None, agg.OverflowResult(vendor_status=403, vendor_body={"error": "Insufficient Credits"},
+                                                          price_micro=15000), sigs)
+    assert out.serve  # 403 is not the row's status: not capacity
+    dry = judge("monid", "acme", None, agg.OverflowResult(vendor_status=402, vendor_body="insufficient credits",
+                                                          price_micro=15000), sigs)
+    assert (dry.serve, dry.charge_micro, dry.mark) == (False, 0, "overflow:monid:acme")
+    relayed_402 = judge("orthogonal", "acme", None, agg.OverflowResult(agg.VENDOR_CAPACITY, vendor_status=402), sigs)
+    assert relayed_402.mark == "overflow:orthogonal:acme" and not relayed_402.serve
+    for kind in (agg.UNAUTHORIZED, agg.WALLET, agg.RATE_LIMITED, agg.NOT_ENVELOPE):
+        v = judge("orthogonal", "acme", None, agg.OverflowResult(kind), sigs)
+        assert (v.serve, v.mark, v.mark_reason, v.charge_micro) == (False, "overflow:orthogonal", kind, 0)
+    refused = judge("orthogonal", "acme", None, agg.OverflowResult(agg.REFUSED, message="unknown api"), sigs)
+    assert (refused.serve, refused.mark, refused.refused_message) == (False, None, "unknown api")
+
+
+def test_vendor_bytes():
+    assert agg.OverflowResult(vendor_body={"a": [1]}).vendor_bytes() == b'{"a":[1]}'
+    assert agg.OverflowResult(vendor_body="text").vendor_bytes() == b"text"
+    assert agg.OverflowResult(vendor_body=None).vendor_bytes() == b"null"

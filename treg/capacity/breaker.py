@@ -157,8 +157,9 @@ class BreakerStore:
             n = await tx.execute(update(ck).where(ck.c.key.in_(keys), ck.c.strikes == 1,
                                                   or_(ck.c.locked_until.is_(None), ck.c.locked_until <= now))
                                  .values(strikes=0, first_strike_at=None, last_strike_at=None, updated_at=now))
-            for key in keys:
-                await self._notify(tx, key)
+            if n:  # nothing pending was cleared: nobody needs to reload
+                for key in keys:
+                    await self._notify(tx, key)
         await self._after_write()
         return n
 

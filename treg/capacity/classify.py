@@ -19,6 +19,9 @@ from treg.capacity.signatures import STRIKING, Signature, SignatureRegistry
 #: what a capacity-looking answer no row claims names (the `unrecorded` tripwire)
 _CAPACITY_WORD = re.compile(r"\b(credits?|quota|balance)\b", re.I)
 UNRECORDED_LOG = "unrecorded capacity-looking answer"
+#: how much of an answer's body the pipeline keeps for :func:`classify` (a vendor's error text fits;
+#: a JSON answer cut short here fails ``body_json`` conditions, never matches them by accident)
+BODY_HEAD_BYTES = 8192
 
 
 @dataclass(frozen=True)
