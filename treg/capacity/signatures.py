@@ -7,6 +7,7 @@ the catalog's own error type, so ``treg catalog`` and startup report them the sa
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
@@ -74,7 +75,7 @@ class SignatureRegistry:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"),)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _row(plugin: str, index: int, data: Any, providers: Mapping[str, Any], trylast: bool,
