@@ -1,13 +1,13 @@
 """capacity: strikes and locks per lock key; overflow: daily spend and health marks per aggregator
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0005'
-down_revision = '0003'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 
