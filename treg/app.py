@@ -16,9 +16,11 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from treg import logs, plugins
+from treg.capacity.signatures import load_signatures
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.factory import build_services
 from treg.infra import crypto, dns, migrate, upstream
+from treg.overflow.aggregator import collect_aggregators
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.keys import CLIENT, SERVICES, SETTINGS
@@ -27,7 +29,7 @@ from treg.settings import Settings
 from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
-from treg.web import catalog_api, metrics_api, money_api, openapi
+from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import errors, index as index_routes, mcp as mcp_routes, protocol
 
 log = logging.getLogger("treg")
@@ -98,8 +100,11 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins)
     injectors = plugins.collect_injectors(pm)
     # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
-    catalog = load_catalog(pm, injectors)
+    aggregators = collect_aggregators(pm)  # before the catalog: endpoint rows' overflow routes name them
+    catalog = load_catalog(pm, injectors, aggregators)
     warn_unknown_anonymous(catalog, settings)
+    # capacity signatures name catalog providers: validated right after it, a bad row stops startup too
+    signatures = load_signatures(pm, catalog)
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
@@ -122,6 +127,9 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         app[SERVICES] = svc
         svc.metrics = metrics
         metrics.bind(svc.db)
+        # read by the pipeline once it is wired (docs/resilience.md "Not yet wired")
+        svc.capacity_signatures = signatures
+        svc.aggregators = aggregators
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
@@ -147,6 +155,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, money_api.routes)
     errors.add_routes(app, openapi.routes)
     errors.add_routes(app, metrics_api.routes)
+    errors.add_routes(app, capacity_api.routes)
     errors.add_routes(app, index_routes.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)

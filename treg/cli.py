@@ -192,9 +192,12 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     from treg.catalog.ladder import offer_tier
     from treg.catalog.load import load_catalog
 
+    from treg.capacity.signatures import load_signatures
+
     pm = plugins.create_manager(settings.plugins_dir)
     try:
         registry = load_catalog(pm, plugins.collect_injectors(pm))
+        load_signatures(pm, registry)  # signature rows are validated as startup does, right after the catalog
     except CatalogError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [p.to_json() for p in exc.problems]})
@@ -286,6 +289,25 @@ def cmd_credits_grant(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_capacity_list(args: argparse.Namespace, settings: Settings) -> int:
+    from treg.capacity.breaker import BreakerStore
+
+    rows = asyncio.run(_with_services(settings, lambda svc: BreakerStore(svc.db, svc.settings).rows()))
+    _print_json([{k: v for k, v in row.items() if k != "locked"} for row in rows])
+    return 0
+
+
+def cmd_capacity_clear(args: argparse.Namespace, settings: Settings) -> int:
+    from treg.capacity.breaker import BreakerStore
+
+    provider, _, endpoint = args.target.partition("/")
+    # PROVIDER/ENDPOINT: the endpoint by its operation (acme/items-get) or its full id (acme/acme.items-get)
+    key = provider if not endpoint else endpoint if endpoint.startswith(provider + ".") else f"{provider}.{endpoint}"
+    cleared = asyncio.run(_with_services(settings, lambda svc: BreakerStore(svc.db, svc.settings).clear(key)))
+    _print_json({"key": key, "cleared": cleared})
+    return 0 if cleared else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treg", description="treg: a credential-injecting API gateway")
     parser.add_argument("--version", action="version", version=f"treg {__version__}")
@@ -338,6 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
     amount.add_argument("--usd", help="amount in USD, at most 6 decimals")
     p.add_argument("--note", help="why (kept on the audited grant row)")
     p.set_defaults(fn=cmd_credits_grant)
+
+    cap = sub.add_parser("capacity", help="the platform tier's capacity locks (operator)").add_subparsers(
+        dest="capacity_command", required=True)
+    p = cap.add_parser("list", help="print the locks and pending strikes as a JSON array")
+    p.set_defaults(fn=cmd_capacity_list)
+    p = cap.add_parser("clear", help="remove one lock (and its strikes): PROVIDER or PROVIDER/ENDPOINT")
+    p.add_argument("target")
+    p.set_defaults(fn=cmd_capacity_clear)
 
     p = sub.add_parser("settings", help="print the settings table")
     p.add_argument("--markdown", action="store_true", help="as the README's Markdown table")

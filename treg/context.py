@@ -24,7 +24,9 @@ from treg.infra.db import Database
 from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.memo import BoundedMemo
+from treg.capacity.signatures import SignatureRegistry
 from treg.metrics import Metrics
+from treg.overflow.aggregator import Aggregator
 from treg.settings import Settings
 
 if TYPE_CHECKING:
@@ -91,3 +93,7 @@ class Services:
         default_factory=lambda: BoundedMemo(256))
     #: the app's Prometheus metrics (treg.metrics), fed where each audit row is queued; None outside a server
     metrics: Metrics | None = None
+    #: how vendors say treg's account is out (treg.capacity), collected once at startup
+    capacity_signatures: SignatureRegistry = field(default_factory=SignatureRegistry.empty)
+    #: overflow aggregators by name (treg.overflow), collected once at startup
+    aggregators: Mapping[str, Aggregator] = field(default_factory=dict)

@@ -98,6 +98,31 @@ def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
     """
 
 
+@spec(FAIL_CLOSED)
+def treg_register_capacity_signatures() -> "Sequence[Mapping[str, Any]] | None":
+    """Called once at startup, after the catalog is loaded. Return signature dicts: how a vendor says
+    "treg's account is out" (``docs/resilience.md`` § Capacity signatures).
+
+    Each row names a catalog ``provider`` (or ``"*"``: any provider), a ``kind`` (``balance``, ``quota``,
+    ``burst``, ``edge_block``) and conditions that must all hold (``status``, ``body_contains``,
+    ``body_json``, ``header``, ``retry_after_max_s``), optionally where the vendor states its reset
+    (``resets_at``). treg validates every row as it validates provider rows and refuses to start on a bad
+    one, naming the plugin, the row and the field. Rows of ``trylast`` implementations (the built-in
+    generic ``burst``/``edge_block``) are consulted after every other plugin's. ``None`` or an empty
+    list: no signature. Fail closed: an exception stops startup naming the plugin.
+    """
+
+
+@spec(FAIL_CLOSED)
+def treg_register_aggregators() -> "Sequence[Any] | None":
+    """Called once at startup, before the catalog is loaded (endpoint rows' ``overflow`` routes name
+    them). Return aggregator objects (:class:`treg.overflow.aggregator.Aggregator`: a ``name``, a route
+    check, and an async ``run`` that builds the request and reads the answer into a normalised result).
+    Two aggregators with one name stop startup. ``None`` or an empty list: nothing to add. Fail closed:
+    an exception stops startup naming the plugin.
+    """
+
+
 # -- call time, after the answer: evidence and events (observers, contained) -----------------------
 
 @spec(CONTAINED)

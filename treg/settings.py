@@ -44,6 +44,15 @@ class SecretStr:
         return bool(self._value)
 
 
+#: an aggregator's daily budget when ``TREG_OVERFLOW_DAILY_BUDGET_MICRO_<NAME>`` is unset (USD 10)
+OVERFLOW_DAILY_BUDGET_MICRO = 10_000_000
+
+
+def prefixed_name(name: str) -> str:
+    """How a name (aggregator, provider) is spelled in a prefixed variable: upper-case, ``-`` → ``_``."""
+    return name.upper().replace("-", "_")
+
+
 def _setting(env: str, default: Any, help: str, kind: str = "str") -> Any:
     meta = {"env": env, "help": help, "kind": kind}
     if isinstance(default, (list, tuple, dict)):
@@ -132,6 +141,44 @@ class Settings:
         "to `/mcp` besides treg's own", "list")
     mcp_max_text_bytes: int = _setting(
         "TREG_MCP_MAX_TEXT_BYTES", 64 * 1024, "an MCP tool result's body is cut at this many bytes (saying so)", "int")
+    # -- resilience of the platform tier (docs/resilience.md) --------------------------------------
+    capacity_strike_gap_s: float = _setting(
+        "TREG_CAPACITY_STRIKE_GAP_S", 15.0, "a second balance/quota strike counts only this many seconds after the "
+        "first (a burst of concurrent failures is one strike)", "float")
+    capacity_strike_window_s: float = _setting(
+        "TREG_CAPACITY_STRIKE_WINDOW_S", 600.0, "two strikes within this many seconds (no 2xx between) lock the key",
+        "float")
+    capacity_max_hold_s: float = _setting(
+        "TREG_CAPACITY_MAX_HOLD_S", 21600.0, "longest a capacity lock lasts, whatever reset the vendor stated", "float")
+    capacity_guess_hold_s: float = _setting(
+        "TREG_CAPACITY_GUESS_HOLD_S", 3600.0, "how long a capacity lock lasts when the vendor stated no reset", "float")
+    capacity_probe_interval_s: float = _setting(
+        "TREG_CAPACITY_PROBE_INTERVAL_S", 60.0, "while a key is locked, one real call per this many seconds per "
+        "process goes through as a probe", "float")
+    smoothing_max_wait_ms: int = _setting(
+        "TREG_SMOOTHING_MAX_WAIT_MS", 2000, "longest the spacer delays a platform-tier call before it proceeds anyway",
+        "int")
+    smoothing_retry_max_s: float = _setting(
+        "TREG_SMOOTHING_RETRY_MAX_S", 5.0, "a platform-tier GET/HEAD answered by a burst 429 with a Retry-After up to "
+        "this is re-sent once", "float")
+    overflow_mode: str = _setting(
+        "TREG_OVERFLOW_MODE", "off", "`off`, `shadow` (call the aggregator, log it, relay the vendor's answer) or "
+        "`on` (overflow to aggregators)", "choice:off,shadow,on")
+    overflow_unhealthy_s: float = _setting(
+        "TREG_OVERFLOW_UNHEALTHY_S", 900.0, "how long an aggregator (or one vendor through it) stays marked unhealthy",
+        "float")
+    overflow_poll_max_s: float = _setting(
+        "TREG_OVERFLOW_POLL_MAX_S", 60.0, "longest treg polls an aggregator's asynchronous run (Monid's 202)", "float")
+    #: ``TREG_OVERFLOW_KEY_<NAME>``: treg's key at each aggregator, by upper-case aggregator name
+    overflow_keys: Mapping[str, SecretStr] = field(default_factory=dict, metadata={
+        "env": "TREG_OVERFLOW_KEY_*", "kind": "prefixed:secret",
+        "help": "treg's key at aggregator `<NAME>` (never logged); unset: that aggregator is skipped"})
+    overflow_urls: Mapping[str, str] = field(default_factory=dict, metadata={
+        "env": "TREG_OVERFLOW_URL_*", "kind": "prefixed:str",
+        "help": "aggregator `<NAME>`'s base URL; unset: its public API"})
+    overflow_budgets: Mapping[str, int] = field(default_factory=dict, metadata={
+        "env": "TREG_OVERFLOW_DAILY_BUDGET_MICRO_*", "kind": "prefixed:int",
+        "help": f"most treg spends at aggregator `<NAME>` per UTC day (micro-USD); unset: {10_000_000} (USD 10)"})
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "
@@ -144,6 +191,15 @@ class Settings:
 
     def platform_value(self, name: str) -> SecretStr | None:
         return self.platform.get(name.upper())
+
+    def overflow_key(self, aggregator: str) -> SecretStr | None:
+        return self.overflow_keys.get(prefixed_name(aggregator))
+
+    def overflow_url(self, aggregator: str, default: str) -> str:
+        return self.overflow_urls.get(prefixed_name(aggregator)) or default
+
+    def overflow_budget_micro(self, aggregator: str) -> int:
+        return self.overflow_budgets.get(prefixed_name(aggregator), OVERFLOW_DAILY_BUDGET_MICRO)
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -190,6 +246,12 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             return int(raw)
         if kind == "float":
             return float(raw)
+        if kind.startswith("choice:"):
+            choices = kind.partition(":")[2].split(",")
+            text = str(raw).strip().lower()
+            if text not in choices:
+                raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
+            return text
         if kind in ("list", "cidrs"):
             items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
             items = tuple(str(i).strip() for i in items if str(i).strip())
@@ -205,7 +267,22 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
 def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build the settings from a config file and the environment (the environment wins)."""
     env = dict(os.environ if environ is None else environ)
-    fields = {f.metadata["env"]: f for f in dataclasses.fields(Settings) if f.metadata["kind"] != "platform"}
+    fields = {f.metadata["env"]: f for f in dataclasses.fields(Settings)
+              if f.metadata["kind"] != "platform" and not f.metadata["kind"].startswith("prefixed:")}
+    # TREG_OVERFLOW_KEY_<NAME> and its kin: one mapping per prefix, like TREG_PLATFORM_*
+    prefixed = {f.metadata["env"][:-1]: f for f in dataclasses.fields(Settings)
+                if f.metadata["kind"].startswith("prefixed:")}
+    prefixed_values: dict[str, dict[str, Any]] = {f.name: {} for f in prefixed.values()}
+
+    def take_prefixed(env_name: str, raw: Any) -> bool:
+        for prefix, f in prefixed.items():
+            if env_name.startswith(prefix) and len(env_name) > len(prefix):
+                if str(raw):
+                    prefixed_values[f.name][env_name[len(prefix):]] = _convert(
+                        env_name, f.metadata["kind"].partition(":")[2], raw)
+                return True
+        return False
+
     home = Path(env.get("TREG_HOME") or "~/.local/share/treg").expanduser()
     config_path = Path(env["TREG_CONFIG"]).expanduser() if env.get("TREG_CONFIG") else home / "treg.toml"
     values: dict[str, Any] = {}
@@ -219,6 +296,8 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
             env_name = key.upper() if key.upper().startswith("TREG_") else "TREG_" + key.upper()
             if env_name.startswith("TREG_PLATFORM_"):
                 platform[env_name] = SecretStr(str(raw))
+            elif take_prefixed(env_name, raw):
+                pass
             elif env_name in fields:
                 values[fields[env_name].name] = _convert(env_name, fields[env_name].metadata["kind"], raw)
             else:
@@ -229,7 +308,10 @@ def load(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings
     for key, raw in env.items():
         if key.startswith("TREG_PLATFORM_") and raw:
             platform[key] = SecretStr(raw)
+        elif key not in fields:
+            take_prefixed(key, raw)
     values["home"] = values.get("home") or home
     values["platform"] = platform
+    values.update(prefixed_values)
     values.update(overrides)
     return Settings(**values)

@@ -24,6 +24,7 @@ from treg.bindings import Binding, Injector, format_fields
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
+from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, call_hook
 
 log = logging.getLogger("treg.catalog")
@@ -50,7 +51,8 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
                            "catalog_hosts", "rate_limit", "endpoints"})
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
-                           "spooled_response", "platform_blocked", "host", "description", "docs_url"})
+                           "spooled_response", "platform_blocked", "host", "description", "docs_url",
+                           "overflow"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -112,8 +114,9 @@ def check_root_url(raw: Any) -> str | None:
 
 
 class _Loader:
-    def __init__(self, injectors: Mapping[str, Injector]) -> None:
+    def __init__(self, injectors: Mapping[str, Injector], aggregators: Mapping[str, Any] | None = None) -> None:
         self.injectors = injectors
+        self.aggregators = aggregators or {}
         self.c = _Collector()
         self.providers: dict[str, Provider] = {}
         self.endpoints: dict[str, Endpoint] = {}
@@ -353,14 +356,58 @@ class _Loader:
             add(plugin, row, "host", f"{host!r} is not one of the provider's approved catalog_hosts "
                 f"{list(provider.catalog_hosts)}")
 
+        overflow = self._overflow(plugin, row, data.get("overflow"), method)
+
         if len(self.c.problems) > before or price is None:
             return None
-        ep = Endpoint(id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
+        ep = Endpoint(overflow=overflow, id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
                       capability=capability, status=status, status_note=data.get("status_note"),
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
                       description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin, **flags)
         self.endpoints[eid] = ep
         return ep
+
+    def _overflow(self, plugin: str, row: str, raw: Any, method: str) -> tuple[OverflowRoute, ...]:
+        """The row's routes to aggregators: each names a registered aggregator and its price; the
+        aggregator checks its own fields (docs/resilience.md)."""
+        add = self.c.add
+        if raw is None:
+            return ()
+        if not isinstance(raw, (list, tuple)) or not raw:
+            add(plugin, row, "overflow", "must be a non-empty list of routes {aggregator, price_micro, …}")
+            return ()
+        if method in ("PUT", "PATCH", "DELETE"):
+            add(plugin, row, "overflow", f"a {method} never overflows (it may not be repeated elsewhere)")
+            return ()
+        out = []
+        for i, item in enumerate(raw):
+            where = f"overflow[{i}]"
+            if not isinstance(item, Mapping):
+                add(plugin, row, where, "must be a dict {aggregator, price_micro, …}")
+                continue
+            name = item.get("aggregator")
+            agg = self.aggregators.get(name) if isinstance(name, str) else None
+            if agg is None:
+                add(plugin, row, f"{where}.aggregator", f"{name!r} is not a registered aggregator; known: "
+                    f"{sorted(self.aggregators)}")
+                continue
+            if any(r.aggregator == name for r in out):
+                add(plugin, row, f"{where}.aggregator", f"{name!r} is listed twice (one call tries one aggregator once)")
+                continue
+            price = item.get("price_micro")
+            if not _is_int(price) or not 0 <= price <= MAX_MICRO:
+                add(plugin, row, f"{where}.price_micro", f"{price!r} must be a whole number of micro-USD, 0 to {MAX_MICRO}")
+                continue
+            fields = {k: v for k, v in item.items() if k not in ("aggregator", "price_micro")}
+            try:
+                problems = agg.check_route(fields)
+            except Exception as exc:  # a plugin bug must name the row, not crash startup anonymously
+                problems = [("", f"aggregator {name!r} failed to check the route: {exc!r}")]
+            for field, message in problems:
+                add(plugin, row, f"{where}.{field}" if field else where, message)
+            if not problems:
+                out.append(OverflowRoute(aggregator=name, price_micro=price, fields=tuple(sorted(fields.items()))))
+        return tuple(out)
 
     def _path(self, plugin: str, row: str, path: Any) -> list[str] | None:
         add = self.c.add
@@ -616,10 +663,12 @@ def matches_json(value: Any, ptype: str | None) -> bool:
     }[ptype]
 
 
-def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, Injector]) -> CatalogRegistry:
+def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, Injector],
+                  aggregators: Mapping[str, Any] | None = None) -> CatalogRegistry:
     """Validate ``(plugin name, hook result)`` pairs and build the registry, or raise :class:`CatalogError`
-    listing every problem. A hook result is a list of provider dicts, or None."""
-    loader = _Loader(injectors)
+    listing every problem. A hook result is a list of provider dicts, or None. ``aggregators`` (by name)
+    are what endpoint rows' ``overflow`` routes may name."""
+    loader = _Loader(injectors, aggregators)
     for plugin, result in declared:
         if result is None:
             continue
@@ -644,9 +693,13 @@ def declared_providers(pm: pluggy.PluginManager) -> list[tuple[str, Any]]:
     return out
 
 
-def load_catalog(pm: pluggy.PluginManager, injectors: Mapping[str, Injector]) -> CatalogRegistry:
-    """The validated catalog every plugin declares (raises :class:`CatalogError` on any bad row)."""
-    return build_catalog(declared_providers(pm), injectors)
+def load_catalog(pm: pluggy.PluginManager, injectors: Mapping[str, Injector],
+                 aggregators: Mapping[str, Any] | None = None) -> CatalogRegistry:
+    """The validated catalog every plugin declares (raises :class:`CatalogError` on any bad row).
+    ``aggregators`` None: collected from ``pm`` (:func:`treg.overflow.aggregator.collect_aggregators`)."""
+    if aggregators is None:
+        aggregators = collect_aggregators(pm)
+    return build_catalog(declared_providers(pm), injectors, aggregators)
 
 
 def warn_unknown_anonymous(registry: CatalogRegistry, settings: Any) -> list[str]:

@@ -196,6 +196,8 @@ class Endpoint:
     docs_url: str | None = None
     #: the plugin that declared the endpoint (for error messages and ``treg catalog``)
     plugin: str = ""
+    #: overflow routes to aggregators (treg.overflow.aggregator.OverflowRoute), tried in this order
+    overflow: tuple[Any, ...] = ()
 
     @property
     def operation(self) -> str:
@@ -236,14 +238,23 @@ class Endpoint:
         query = "&".join(f"{s}=<{s}>" for s in self.slots)
         return f"{surface}/{self.id}" + (f"?{query}" if query else "")
 
-    def summary_json(self) -> dict[str, Any]:
+    def first_overflow(self, usable: Any = None) -> Any:
+        """The first overflow route ``usable(route)`` accepts (None: every route is usable), else None."""
+        return next((r for r in self.overflow if usable is None or usable(r)), None)
+
+    def summary_json(self, overflow_usable: Any = None) -> dict[str, Any]:
+        """``overflow_usable``: which routes count as usable now (an aggregator with a key, healthy, under
+        its budget); None: every declared route."""
+        route = self.first_overflow(overflow_usable)
         return {"id": self.id, "provider": self.provider, "method": self.method, "path": self.path,
                 "capability": self.capability, "status": self.status, "price_micro": self.price.list_micro,
                 "price": self.price.to_json(), "platform_auth": self.platform_auth,
-                "description": self.description}
+                "description": self.description,
+                "overflow_price_micro": route.price_micro if route is not None else None,
+                "overflow_aggregator": route.aggregator if route is not None else None}
 
-    def to_json(self) -> dict[str, Any]:
-        out = self.summary_json()
+    def to_json(self, overflow_usable: Any = None) -> dict[str, Any]:
+        out = self.summary_json(overflow_usable)
         out.update({
             "params": [p.to_json() for p in self.params], "status_note": self.status_note,
             "superseded_by": self.superseded_by, "strict_query": self.strict_query,

@@ -245,3 +245,43 @@ idempotency_keys = Table(
     CheckConstraint("state IN ('in_progress', 'done')", name="state"),
     Index("ix_idempotency_keys_expires_at", "expires_at"),
 )
+
+
+# -- capacity and overflow (treg/capacity, treg/overflow, docs/resilience.md) ---------------------------
+
+capacity_keys = Table(
+    # One row per lock key (a provider id for `balance`, an endpoint id for `quota`): its pending strike
+    # and its lock. Every write locks the row (INSERT … ON CONFLICT, then SELECT … FOR UPDATE), so two
+    # processes striking at once agree on one outcome.
+    "capacity_keys", metadata,
+    Column("key", String(300), primary_key=True),
+    Column("provider", String(100), nullable=False),
+    Column("endpoint", String(200), nullable=True),  # NULL: the whole provider (balance)
+    Column("kind", String(16), nullable=False),  # balance | quota
+    Column("strikes", Integer, nullable=False, server_default=text("0")),
+    Column("first_strike_at", DateTime(timezone=True), nullable=True),
+    Column("last_strike_at", DateTime(timezone=True), nullable=True),
+    Column("locked_since", DateTime(timezone=True), nullable=True),
+    Column("locked_until", DateTime(timezone=True), nullable=True),
+    Column("reset_stated", Boolean, nullable=False, server_default=text("false")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("kind IN ('balance', 'quota')", name="kind"),
+)
+
+overflow_spend = Table(
+    # What treg spent at each aggregator per UTC day (shadow mode counts too): the daily budget's meter.
+    "overflow_spend", metadata,
+    Column("aggregator", String(64), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("spent_micro", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("aggregator", "day"),
+)
+
+overflow_health = Table(
+    # `overflow:<name>` (the whole aggregator) or `overflow:<name>:<provider>` (one vendor through it)
+    "overflow_health", metadata,
+    Column("mark", String(200), primary_key=True),
+    Column("until", DateTime(timezone=True), nullable=False),
+    Column("reason", String(64), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)

@@ -1,0 +1,62 @@
+"""The operator's view of the breaker: ``treg capacity list|clear`` and ``GET /api/v1/capacity``."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from test_capacity_breaker import Clock
+from test_api_management import add_member
+from test_cli import treg
+
+from treg.capacity.breaker import BreakerStore
+from treg.keys import SERVICES
+
+
+async def _lock(svc, kind, provider, endpoint):
+    clock = Clock()
+    clock.now = clock.now.replace(year=2100)  # far future: the lock is still on when the CLI reads it
+    store = BreakerStore(svc.db, svc.settings, clock=clock)
+    await store.strike(kind, provider, endpoint)
+    clock.advance(20)
+    return (await store.strike(kind, provider, endpoint)).lock
+
+
+async def test_api_lists_locks_to_the_owner(client, owner):
+    svc = client.app[SERVICES]
+    lock = await _lock(svc, "quota", "acme", "acme.items-get")
+    resp = await client.get("/api/v1/capacity", headers=owner["headers"])
+    assert resp.status == 200
+    body = await resp.json()
+    assert body == {"locks": [{"key": "acme.items-get", "provider": "acme", "endpoint": "acme.items-get",
+                               "kind": "quota", "since": lock.since.isoformat().replace("+00:00", "Z"),
+                               "until": (lock.since + timedelta(seconds=3600)).isoformat().replace("+00:00", "Z"),
+                               "strikes": 2}]}
+    anon = await client.get("/api/v1/capacity")
+    assert anon.status == 401 and anon.headers.get("X-Treg-Error") == "1"
+
+
+async def test_cli_lists_and_clears(client, dsn, tmp_path):
+    svc = client.app[SERVICES]
+    await _lock(svc, "balance", "acme", None)
+    await _lock(svc, "quota", "beta", "beta.search")
+    home = tmp_path / "cli-home"
+    listed = treg(home, dsn, "capacity", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["key"], r["kind"], r["strikes"]) for r in rows] == [("acme", "balance", 2), ("beta.search", "quota", 2)]
+    assert set(rows[0]) == {"key", "provider", "endpoint", "kind", "since", "until", "strikes"}
+    cleared = treg(home, dsn, "capacity", "clear", "beta/search")
+    assert cleared.returncode == 0 and json.loads(cleared.stdout) == {"key": "beta.search", "cleared": True}
+    assert treg(home, dsn, "capacity", "clear", "beta/search").returncode == 1
+    assert [r["key"] for r in json.loads(treg(home, dsn, "capacity", "list").stdout)] == ["acme"]
+
+
+async def test_api_is_for_owner_and_admin_only(client, owner):
+    member = await add_member(client, owner["headers"], "m@acme.test")
+    admin = await add_member(client, owner["headers"], "a@acme.test", role="admin")
+    refused = await client.get("/api/v1/capacity", headers={"X-Treg-Token": member["token"]})
+    assert refused.status == 403 and (await refused.json())["error"] == "forbidden_role"
+    assert refused.headers.get("X-Treg-Error") == "1"
+    allowed = await client.get("/api/v1/capacity", headers={"X-Treg-Token": admin["token"]})
+    assert allowed.status == 200 and await allowed.json() == {"locks": []}
