@@ -1,14 +1,15 @@
 """Finds treg's packages for setuptools; everything else is in pyproject.toml.
 
-Three source folders install under their own names (``treg/``, ``plugins/`` as ``treg_plugins``,
-``migrations/`` as ``treg_migrations``). pyproject.toml's ``packages.find`` cannot map a folder to
+Four source folders install under their own names (``treg/``, ``plugins/`` as ``treg_plugins``,
+``migrations/`` as ``treg_migrations``, ``templates/`` (the dashboard's pages and static
+files) as ``treg_templates``). pyproject.toml's ``packages.find`` cannot map a folder to
 another name, and a hand-written list once left ``treg.money`` out of the wheel: here every package
 below each folder is found, so a new subpackage ships without anyone remembering to list it.
 """
 
 from setuptools import find_packages, setup
 
-ROOTS = {"treg": "treg", "treg_plugins": "plugins", "treg_migrations": "migrations"}
+ROOTS = {"treg": "treg", "treg_plugins": "plugins", "treg_migrations": "migrations", "treg_templates": "templates"}
 
 
 def packages() -> list[str]:

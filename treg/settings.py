@@ -113,6 +113,8 @@ class Settings:
     trial_micro: int = _setting(
         "TREG_TRIAL_MICRO", 0,
         "free allowance (micro-USD) granted once to each org, the first time its account is touched", "int")
+    ui_session_ttl_s: int = _setting(
+        "TREG_UI_SESSION_TTL_S", 12 * 3600, "seconds a dashboard login (`treg_session` cookie) stays valid", "int")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "

@@ -47,6 +47,23 @@ class Identity:
         return self.role in MANAGER_ROLES
 
 
+class SessionCookie(str):
+    """A call's identity from the dashboard's ``treg_session`` cookie instead of a token (Try-it): the
+    session id and the ``X-Treg-CSRF`` header sent beside it. Its text is empty, so nothing that reads
+    it as a token (the identity cache) can match it; :func:`authenticate` hands it to treg/ui_sessions.py."""
+
+    session_id: str
+    csrf: str | None
+
+    def __new__(cls, session_id: str, csrf: str | None) -> "SessionCookie":
+        self = super().__new__(cls, "")
+        self.session_id, self.csrf = session_id, csrf
+        return self
+
+    def __repr__(self) -> str:
+        return "SessionCookie('***')"
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()  # a non-UTF-8 header: 401, not 500
 
@@ -122,6 +139,10 @@ def cached_identity(svc: Services, token: str | None, org_hint: str | None) -> I
 
 async def authenticate(svc: Services, token: str | None, org_hint: str | None) -> Identity:
     """The caller behind ``token``; 401 when missing/unknown/revoked, 403 when ``org_hint`` differs."""
+    if isinstance(token, SessionCookie):
+        from treg import ui_sessions  # it builds on this module
+
+        return _admitted(svc, await ui_sessions.identify_call(svc, token), org_hint)
     if not token:
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
     token = token.strip()

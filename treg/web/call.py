@@ -19,6 +19,8 @@ from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.infra.upstream import header_text
 from treg.keys import ERROR_HEADERS, SERVICES
+from treg.tenancy import SessionCookie
+from treg.ui_sessions import COOKIE
 from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
@@ -120,7 +122,7 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
 #: the headers intake reads, by lower-case name → slot; the first of each name counts (as aiohttp's lookups)
 _READ = {name: i for i, name in enumerate(("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key",
                                               "user-agent", "content-length", "transfer-encoding",
-                                              "x-treg-body-encoding"))}
+                                              "x-treg-body-encoding", "cookie", "x-treg-csrf"))}
 
 
 def read_headers(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[tuple[str, str], ...], list[str | None],
@@ -173,6 +175,16 @@ def _decoded_body(request: web.Request, encoding: str, declared: int | None) -> 
     return PendingBody(load)
 
 
+def _session_cookie(cookie: str, csrf: str | None) -> SessionCookie | None:
+    """The dashboard's session as the call's identity (Try-it), checked with its ``X-Treg-CSRF`` by
+    treg/ui_sessions.py; the cookie itself never goes upstream (treg/call/headers.py scrubs it)."""
+    for part in cookie.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE and value:
+            return SessionCookie(value.strip(), csrf)
+    return None
+
+
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     """The request as a CallInput, without reading or decoding anything that could cost treg work: a
     body to read (or a refusal) is a :class:`PendingBody` the pipeline runs once the caller is identified."""
@@ -182,7 +194,10 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
-    headers, (token, org_hint, tag, key, agent, cl, te, encoding), not_utf8 = read_headers(request.raw_headers)
+    headers, (token, org_hint, tag, key, agent, cl, te, encoding, cookie, csrf), not_utf8 = read_headers(
+        request.raw_headers)
+    if token is None and cookie is not None and surface != "redirect":
+        token = _session_cookie(cookie, csrf)
     declared = None if cl is None else int(cl)  # aiohttp's parser already refused a malformed length
     body: object
     if not_utf8 is not None:
