@@ -1,1 +1,1 @@
-"""The dashboard's templates and static files, installed as the ``treg_templates`` package (setup.py)."""
+"""The dashboard's templates and static files, installed as the ``treg.templates`` package (setup.py)."""

@@ -4,11 +4,12 @@ aiohttp only here, at the edge; every page calls treg/tenancy.py, tools.py, secr
 deny_rules.py, calls.py, treg/money/ and treg/catalog/ exactly as treg/web/api.py does, so a form
 is validated by the code that validates a JSON body. Sessions and CSRF: treg/ui_sessions.py and
 docs/dashboard.md. Templates and static files: the top-level ``templates/`` folder, installed as the
-``treg_templates`` package (setup.py).
+``treg.templates`` package (setup.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import aiohttp_jinja2
@@ -20,13 +21,12 @@ from treg.web.dashboard.base import STATIC_FILES
 
 
 def templates_dir() -> Path:
-    """``templates/`` of the installed wheel (``treg_templates``), else of this checkout (an editable
-    install made before the package existed)."""
-    try:
-        import treg_templates  # type: ignore[import-not-found]
-    except ImportError:
-        return Path(__file__).resolve().parents[3] / "templates"
-    return Path(treg_templates.__file__).resolve().parent
+    """``templates/``: in a wheel it is the package ``treg.templates`` (setup.py maps the top-level folder
+    there); in a checkout (an editable install) the folder beside ``treg/``."""
+    spec = importlib.util.find_spec("treg.templates")
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parent
+    return Path(__file__).resolve().parents[3] / "templates"
 
 
 def setup(app: web.Application) -> None:
