@@ -147,3 +147,39 @@ async def test_static_files_are_served_by_treg(gateway):
         resp = await gateway.client.get(f"/ui/static/{name}")
         assert resp.status == 200 and resp.content_type == ctype
     assert (await gateway.client.get("/ui/static/../../setup.py")).status == 404
+
+
+async def test_the_activity_benchmark_runs_and_reports(pg_base, tmp_path):
+    """bench/activity.py, tiny: it seeds, logs in, times every page and writes its section."""
+    import argparse
+
+    from bench import activity
+
+    result = await activity.run(argparse.Namespace(rows=300, reps=2, dsn=pg_base))
+    assert result["rows_total"] == 330
+    assert all(v["rows"] > 0 for v in result["pages"].values()) and len(result["pages"]) == 8
+    assert result["pages"]["first page (owner, no filter)"]["rows"] == 50
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n")
+    activity.write(doc, activity.report(result))
+    activity.write(doc, activity.report(result))  # replaced between its markers, not appended twice
+    assert doc.read_text().count(activity.START) == 1
+
+
+def test_the_templates_ship_in_the_wheel():
+    import runpy
+    from pathlib import Path
+
+    import setuptools
+
+    root = Path(__file__).resolve().parent.parent
+    seen: dict = {}
+    orig = setuptools.setup
+    setuptools.setup = lambda **kw: seen.update(kw)
+    try:
+        runpy.run_path(str(root / "setup.py"), run_name="__main__")
+    finally:
+        setuptools.setup = orig
+    assert "treg.templates" in seen["packages"]
+    pyproject = (root / "pyproject.toml").read_text()
+    assert '"treg.templates" = "templates"' in pyproject and '"treg.templates" = ["*.html", "static/*"]' in pyproject

@@ -35,9 +35,13 @@ def upgrade() -> None:
     # Activity's filters walk these newest first (keyset on created_at, id): docs/dashboard.md
     op.create_index('ix_calls_org_id_outcome_created_at', 'calls', ['org_id', 'outcome', 'created_at'])
     op.create_index('ix_calls_org_id_tool_name_created_at', 'calls', ['org_id', 'tool_name', 'created_at'])
+    # the Overview's failing providers: only upstream failures, so a small index (partial)
+    op.create_index('ix_calls_org_id_created_at_upstream_failed', 'calls', ['org_id', 'created_at'],
+                    postgresql_where=sa.text("blame = 'upstream'"))
 
 
 def downgrade() -> None:
+    op.drop_index('ix_calls_org_id_created_at_upstream_failed', table_name='calls')
     op.drop_index('ix_calls_org_id_tool_name_created_at', table_name='calls')
     op.drop_index('ix_calls_org_id_outcome_created_at', table_name='calls')
     op.drop_index('ix_ui_sessions_expires_at', table_name='ui_sessions')

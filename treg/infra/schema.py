@@ -148,6 +148,8 @@ calls = Table(
     # the dashboard's Activity filters (migration 0004)
     Index("ix_calls_org_id_outcome_created_at", "org_id", "outcome", "created_at"),
     Index("ix_calls_org_id_tool_name_created_at", "org_id", "tool_name", "created_at"),
+    Index("ix_calls_org_id_created_at_upstream_failed", "org_id", "created_at",
+          postgresql_where=text("blame = 'upstream'")),
 )
 
 ui_sessions = Table(

@@ -355,8 +355,18 @@ async def activity(p: Page) -> web.StreamResponse:
 async def activity_call(p: Page) -> web.StreamResponse:
     row = await calls.get_call(p.svc, p.ident, p.request.match_info["call_id"])
     evidence = {k: row.get(k) for k in ("error_request", "error_response") if row.get(k) is not None}
-    return p.render("call.html", "activity", call=row, evidence=evidence,
-                    evidence_json={k: json.dumps(v, indent=2, ensure_ascii=False) for k, v in evidence.items()})
+    return p.render("call.html", "activity", call=row, evidence={k: _evidence_text(v) for k, v in evidence.items()})
+
+
+def _evidence_text(ev: dict[str, Any]) -> str:
+    """A recorded exchange as it looked on the wire: start line, headers, blank line, body (already
+    redacted when it was recorded; a binary body stays its ``{"base64": …}`` form)."""
+    start = f"{ev.get('method')} {ev.get('url')}" if "method" in ev else f"HTTP {ev.get('status')}"
+    lines = [start] + [f"{name}: {value}" for name, value in ev.get("headers") or []]
+    body = ev.get("body")
+    text = body if isinstance(body, str) or body is None else json.dumps(body, ensure_ascii=False)
+    out = "\n".join(lines) + "\n\n" + (text or "")
+    return out + ("\n… (truncated)" if ev.get("body_truncated") and body is not None else "")
 
 
 # -- catalog ----------------------------------------------------------------------------------------
