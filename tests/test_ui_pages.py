@@ -183,3 +183,9 @@ def test_the_templates_ship_in_the_wheel():
     assert "treg.templates" in seen["packages"]
     pyproject = (root / "pyproject.toml").read_text()
     assert '"treg.templates" = "templates"' in pyproject and '"treg.templates" = ["*.html", "static/*"]' in pyproject
+
+
+async def test_an_unknown_dashboard_path_is_a_404_page(gateway):
+    resp = await gateway.client.get("/ui/nope/deeper")
+    assert resp.status == 404 and resp.content_type == "text/html" and "no such dashboard page" in await resp.text()
+    assert (await gateway.client.get("/ui/static/treg.css")).status == 200

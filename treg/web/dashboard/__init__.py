@@ -33,10 +33,10 @@ def setup(app: web.Application) -> None:
     folder = templates_dir()
     aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
                          undefined=jinja2.StrictUndefined)
-    app.router.add_routes(pages.routes)
     static = folder / "static"
     for name, ctype in STATIC_FILES.items():
         app.router.add_get(f"/ui/static/{name}", _static(static / name, ctype))
+    app.router.add_routes(pages.routes)  # its last route answers any other /ui/ path with a 404 page
 
 
 def _static(path: Path, content_type: str):

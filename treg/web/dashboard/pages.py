@@ -16,8 +16,8 @@ from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
 from treg.keys import SERVICES
 from treg.ui_sessions import COOKIE
-from treg.web.dashboard.base import (NAV, Page, cookie_kwargs, current_session, field_error, finish, page,
-                                     read_form, see_other)
+from treg.web.dashboard.base import (NAV, Page, cookie_kwargs, current_session, error_page, field_error, finish,
+                                     page, read_form, see_other)
 
 routes = web.RouteTableDef()
 
@@ -410,3 +410,10 @@ async def try_it(p: Page) -> web.StreamResponse:
     rows = await tools.list_tools(p.svc, p.ident)
     endpoints = [ep.id for ep in p.svc.catalog.search(provider=None, capability=None, q=None, status="live")]
     return p.render("try.html", "try", tools=rows, endpoints=endpoints)
+
+
+@routes.get("/ui/{rest:.*}")
+async def not_found(request: web.Request) -> web.StreamResponse:
+    """Any other dashboard path: a page saying so (the API's JSON 404 is for scripts)."""
+    session = await current_session(request)
+    return error_page(request, 404, "not_found", "there is no such dashboard page", session)
