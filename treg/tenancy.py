@@ -47,21 +47,19 @@ class Identity:
         return self.role in MANAGER_ROLES
 
 
-class SessionCookie(str):
-    """A call's identity from the dashboard's ``treg_session`` cookie instead of a token (Try-it): the
-    session id and the ``X-Treg-CSRF`` header sent beside it. Its text is empty, so nothing that reads
-    it as a token (the identity cache) can match it; :func:`authenticate` hands it to treg/ui_sessions.py."""
+class Credential(str):
+    """A call's identity that is not a token (the dashboard's session cookie, treg/ui_sessions.py): its
+    own :meth:`identity` finds the caller. Its text is empty, so nothing that reads it as a token (the
+    identity cache) can match it; :func:`authenticate` asks it instead of the tokens table."""
 
-    session_id: str
-    csrf: str | None
+    def __new__(cls) -> "Credential":
+        return super().__new__(cls, "")
 
-    def __new__(cls, session_id: str, csrf: str | None) -> "SessionCookie":
-        self = super().__new__(cls, "")
-        self.session_id, self.csrf = session_id, csrf
-        return self
+    async def identity(self, svc: Services) -> Identity:
+        raise NotImplementedError
 
     def __repr__(self) -> str:
-        return "SessionCookie('***')"
+        return f"{type(self).__name__}('***')"
 
 
 def hash_token(token: str) -> str:
@@ -139,10 +137,8 @@ def cached_identity(svc: Services, token: str | None, org_hint: str | None) -> I
 
 async def authenticate(svc: Services, token: str | None, org_hint: str | None) -> Identity:
     """The caller behind ``token``; 401 when missing/unknown/revoked, 403 when ``org_hint`` differs."""
-    if isinstance(token, SessionCookie):
-        from treg import ui_sessions  # it builds on this module
-
-        return _admitted(svc, await ui_sessions.identify_call(svc, token), org_hint)
+    if isinstance(token, Credential):
+        return _admitted(svc, await token.identity(svc), org_hint)
     if not token:
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
     token = token.strip()

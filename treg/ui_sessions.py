@@ -21,7 +21,7 @@ from treg import tenancy
 from treg.context import Services
 from treg.errors import BadRequest, Unauthorized
 from treg.infra.schema import members, orgs, tokens, ui_sessions, users
-from treg.tenancy import Identity, SessionCookie
+from treg.tenancy import Credential, Identity
 
 COOKIE = "treg_session"
 
@@ -98,6 +98,22 @@ async def lookup(svc: Services, session_id: str | None) -> Session | None:
 
 def csrf_ok(session: Session, sent: str | None) -> bool:
     return bool(sent) and hmac.compare_digest(session.csrf.encode(), (sent or "").encode("utf-8", "replace"))
+
+
+class SessionCookie(Credential):
+    """A call's identity from the ``treg_session`` cookie (Try-it), with the ``X-Treg-CSRF`` header sent
+    beside it; :func:`treg.tenancy.authenticate` asks it for the caller."""
+
+    session_id: str
+    csrf: str | None
+
+    def __new__(cls, session_id: str, csrf: str | None) -> "SessionCookie":
+        self = super().__new__(cls)
+        self.session_id, self.csrf = session_id, csrf
+        return self
+
+    async def identity(self, svc: Services) -> Identity:
+        return await identify_call(svc, self)
 
 
 async def identify_call(svc: Services, cookie: SessionCookie) -> Identity:

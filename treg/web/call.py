@@ -19,8 +19,7 @@ from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.infra.upstream import header_text
 from treg.keys import ERROR_HEADERS, SERVICES
-from treg.tenancy import SessionCookie
-from treg.ui_sessions import COOKIE
+from treg.ui_sessions import COOKIE, SessionCookie
 from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
