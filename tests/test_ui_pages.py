@@ -189,3 +189,23 @@ async def test_an_unknown_dashboard_path_is_a_404_page(gateway):
     resp = await gateway.client.get("/ui/nope/deeper")
     assert resp.status == 404 and resp.content_type == "text/html" and "no such dashboard page" in await resp.text()
     assert (await gateway.client.get("/ui/static/treg.css")).status == 200
+
+
+async def test_a_tool_is_edited_and_deleted_through_the_same_validation(gateway):
+    csrf = await login(gateway.client, gateway.org["token"])
+    tool = await gateway.tool("svc", "https://api.example.com/v1")
+    page = await (await gateway.client.get(f"/ui/tools/{tool['id']}")).text()
+    assert 'value="https://api.example.com/v1"' in page and "Save tool" in page
+    resp = await gateway.client.post(f"/ui/tools/{tool['id']}", data={"csrf": csrf, "name": "svc",
+                                                                     "base_url": "http://192.168.1.1/"})
+    assert resp.status == 422 and 'id="base_url-error"' in await resp.text()
+    resp = await gateway.client.post(f"/ui/tools/{tool['id']}", data={"csrf": csrf, "name": "svc2",
+                                                                     "base_url": "https://api.example.com/v2"})
+    assert resp.status == 200 and "Tool svc2 saved" in await resp.text()
+    got = await gateway.api("GET", f"/api/v1/tools/{tool['id']}")
+    assert (got["name"], got["base_url"]) == ("svc2", "https://api.example.com/v2")
+    resp = await gateway.client.post(f"/ui/tools/{tool['id']}/delete", data={"csrf": csrf})
+    assert resp.status == 200 and "Tool deleted" in await resp.text()
+    assert (await gateway.api("GET", "/api/v1/tools"))["tools"] == []
+    resp = await gateway.client.post(f"/ui/tools/{tool['id']}/delete", data={"csrf": csrf})
+    assert resp.status == 404 and "no such tool" in await resp.text()

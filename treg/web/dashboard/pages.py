@@ -255,7 +255,8 @@ async def _members_page(p: Page, *, status: int = 200, errors: dict[str, str] | 
     token_rows = await tenancy.list_tokens(p.svc, p.ident)
     projects = await tenancy.list_projects(p.svc, p.ident)
     return p.render("members.html", "members", status=status, members=members, tokens=token_rows,
-                    projects=projects, errors=errors or {}, new_token=new_token, roles=tenancy.ROLES)
+                    projects=projects, errors=errors or {}, new_token=new_token, roles=tenancy.ROLES,
+                    emails={m["member_id"]: m["email"] for m in members} | {p.ident.member_id: p.ident.email})
 
 
 @routes.get("/ui/members")
