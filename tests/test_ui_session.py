@@ -142,3 +142,14 @@ async def test_the_org_choice_for_a_user_of_several_orgs(gateway):
     assert resp.status == 303
     page = await gateway.client.get("/ui/")
     assert "beta" in await page.text() and CSRF.search(await page.text())
+
+
+def test_the_cookie_is_secure_when_served_over_https():
+    from aiohttp.test_utils import make_mocked_request
+
+    from treg.web.dashboard.base import cookie_kwargs
+
+    plain = make_mocked_request("POST", "/ui/login")
+    assert cookie_kwargs(plain, 60)["secure"] is False
+    assert cookie_kwargs(plain.clone(scheme="https"), 60) == {"httponly": True, "samesite": "Strict", "secure": True,
+                                                              "path": "/", "max_age": 60}
