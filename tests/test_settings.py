@@ -111,8 +111,8 @@ def test_readme_lists_every_setting():
 
 def test_readme_commands_match_ci():
     readme = (ROOT / "README.md").read_text()
-    serve = "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/treg serve"
+    serve = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/treg serve"
     test = "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/pytest"
     assert serve in readme and test in readme
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.strip()]
-    assert ci[-1] == test
+    assert test in ci  # CI runs the README's test command exactly as written (then its own extra checks)

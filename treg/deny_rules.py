@@ -42,7 +42,8 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     member_id, project_id = body.get("member_id"), body.get("project_id")
     for key, value in (("member_id", member_id), ("project_id", project_id)):
         if value is not None and not isinstance(value, str):
-            raise BadRequest(f"{key} must be an id (a string) or null", code=f"invalid_{key.split('_')[0]}")
+            raise BadRequest(f"{key} must be an id (a string) or null",
+                             code="invalid_member" if key == "member_id" else "invalid_project")
     async with svc.db.tx() as tx:
         if member_id is not None and await tx.scalar(select(members.c.id).where(and_(
                 members.c.id == member_id, members.c.org_id == ident.org_id))) is None:

@@ -1,10 +1,53 @@
-"""One error root for everything treg refuses.
+"""One error root for everything treg refuses, drawn by failure domain.
 
 Every failure treg itself produces is a :class:`TregError` carrying the HTTP status, a stable
 machine ``code``, a human ``detail`` and the ``blame`` (who must act). The web edge renders it as the
 contract's error body; plain-Python stages raise it without knowing about HTTP frameworks.
 Lower-library errors (aiohttp, psycopg2) are mapped to these at the infra boundary with
-``raise ... from exc`` so they never reach a handler.
+``raise ... from exc`` so they never reach a handler. Code that must tell failures apart branches on
+these classes (``isinstance``), never on ``code`` strings; every code is listed in ``docs/errors.md``
+(tests/test_errors_doc.py)::
+
+    TregError                    500 internal_error        treg      the root; an unexpected bug
+    │
+    ├── caller input: the request itself is wrong                                  blame caller
+    │   ├── BadRequest           400 bad_request                     malformed / invalid value
+    │   │   ├── CatalogPathNotAllowed 400                            (treg.catalog.errors)
+    │   │   └── InvalidParameters     400                            (treg.catalog.errors)
+    │   ├── MethodNotAllowed     405 method_not_allowed              (treg.catalog.errors)
+    │   └── Unprocessable        422 unprocessable                   well-formed, refused
+    │
+    ├── identity and permission                                                    blame caller
+    │   ├── Unauthorized         401 unauthorized                    no (valid) identity
+    │   └── Forbidden            403 forbidden                       ACL, role, deny rule
+    │
+    ├── existence: not found, gone, conflict                                       blame caller
+    │   ├── NotFound             404 not_found
+    │   │   ├── EndpointNotFound      404                            (treg.catalog.errors)
+    │   │   └── NoCredential          404                            (treg.catalog.errors)
+    │   ├── Gone                 410 gone
+    │   │   └── EndpointRetired       410                            (treg.catalog.errors)
+    │   └── Conflict             409 conflict                        exists already, in use
+    │       └── IntegrityError   409 conflict                        a constraint refused a write
+    │
+    ├── money                                                                      blame caller
+    │   └── PaymentRequired      402 payment_required                balance, caps, budgets
+    │
+    ├── upstream: no answer from the upstream                                      blame upstream
+    │   └── GatewayFailed        502 upstream_unreachable            timeout, reset, bad answer,
+    │       │                                                        treg-side limits
+    │       └── SsrfRefused      502 ssrf_refused       blame caller nothing sent: internal address
+    │
+    └── treg-internal: treg cannot do its job                                      blame treg
+        ├── ConfigError          500 config_error                    startup refuses
+        │   ├── CatalogError          500 invalid_catalog            (treg.catalog.errors)
+        │   └── PluginFailed          500 plugin_failed              (treg.plugins)
+        ├── DatabaseError        503 database_unavailable            unreachable, aborted tx
+        │   └── DbPoolExhausted  503 db_pool                         no pooled connection in time
+        └── DecryptError         500 secret_undecryptable            (treg.infra.crypto)
+
+A class's ``code``/``status``/``blame`` are defaults: a raise site may pass a more specific ``code``
+(``invalid_base_url`` is a ``BadRequest``); it subclasses instead when other code must recognise it.
 """
 
 from __future__ import annotations
@@ -58,6 +101,12 @@ class BadRequest(TregError):
     status, code, blame = 400, "bad_request", "caller"
 
 
+class BodyTooLarge(BadRequest):
+    """A request body over its route's limit (read whole up to it, never further)."""
+
+    code = "body_too_large"
+
+
 class Unauthorized(TregError):
     status, code, blame = 401, "unauthorized", "caller"
 
@@ -86,18 +135,23 @@ class Unprocessable(TregError):
     status, code, blame = 422, "unprocessable", "caller"
 
 
-class TooBusy(TregError):
-    status, code, blame = 429, "busy", "treg"
-
-
 class GatewayFailed(TregError):
     """treg could not get an answer from the upstream (or refused to try: SSRF, limits)."""
 
     status, code, blame = 502, "upstream_unreachable", "upstream"
 
 
-class CapacityError(TregError):
-    status, code, blame = 503, "capacity", "treg"
+class SsrfRefused(GatewayFailed):
+    """The upstream host is (or resolves to) an address treg refuses to reach; nothing was sent."""
+
+    status, code, blame = 502, "ssrf_refused", "caller"
+
+    def __init__(self, detail: str, *, addresses: tuple[Any, ...] = (), **kw: Any) -> None:
+        kw.setdefault("refused_by", "ssrf")
+        super().__init__(detail, **kw)
+        #: the refused addresses, for logs and the audit row — never in the caller's error body, so a
+        #: caller cannot use treg as an oracle for internal DNS
+        self.addresses = addresses
 
 
 class ConfigError(TregError):
@@ -107,13 +161,23 @@ class ConfigError(TregError):
 
 
 class DatabaseError(TregError):
+    """The database is unreachable, its pool exhausted, or it aborted the request (treg's problem)."""
+
     status, code, blame = 503, "database_unavailable", "treg"
 
 
-class IntegrityError(DatabaseError):
-    """A constraint refused a write; ``constraint`` names it so domain code can explain."""
+class DbPoolExhausted(DatabaseError):
+    """No pooled connection came free in time: treg's capacity (the call path records it apart)."""
 
-    status, code, blame = 409, "conflict", "caller"
+    code = "db_pool"
+
+
+class IntegrityError(Conflict):
+    """A constraint refused a write; ``constraint`` names it so domain code can explain.
+
+    A :class:`Conflict`, not a :class:`DatabaseError`: the data said no (a duplicate name, a missing
+    parent row), the database itself is fine; a handler catching database outages must not swallow it.
+    """
 
     def __init__(self, detail: str, *, constraint: str | None = None, **kw: Any) -> None:
         super().__init__(detail, **kw)

@@ -7,15 +7,20 @@ Conventions (the same as pytest's and Datasette's):
   them into a frozen registry and refuses to start on a duplicate name;
 * pluggy calls hooks synchronously. No hook here is a coroutine and none uses ``firstresult`` on async
   work: the objects a registration hook returns carry the async methods;
-* observer hooks (events) are contained: an exception is logged and the call goes on. Hooks that
-  authorize or inject fail closed: an exception refuses the call.
+* each hook declares its failure policy once, here, with :func:`spec`: a ``CONTAINED`` hook's
+  exception is logged with the plugin's name and the call goes on (observers); a ``FAIL_CLOSED``
+  hook's exception stops what called it (registration: startup refuses). :func:`treg.plugins.call_hook`
+  is the only caller and applies the policy;
+* wrapper implementations (``hookwrapper=True`` / ``wrapper=True``) are refused at load time: treg calls
+  each plugin's implementation on its own so that one plugin's failure is attributed and contained.
 
-Every hook below must be documented in ``docs/plugins.md`` (a test checks it).
+Every hook below must be documented in ``docs/plugins.md`` with the same parameters (tests/test_docs.py).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+import enum
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import pluggy
 
@@ -25,10 +30,49 @@ if TYPE_CHECKING:
 
 hookspec = pluggy.HookspecMarker("treg")
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-# -- startup: registration -------------------------------------------------------------------------
 
-@hookspec
+class Policy(enum.Enum):
+    """What an exception raised by one plugin's implementation does."""
+
+    #: logged once (plugin, hook, exception type), that plugin's answer is skipped, the caller goes on
+    CONTAINED = "contained"
+    #: raised as :class:`treg.plugins.PluginFailed` naming the plugin; nothing half-done is used
+    FAIL_CLOSED = "fail_closed"
+
+
+CONTAINED = Policy.CONTAINED
+FAIL_CLOSED = Policy.FAIL_CLOSED
+
+
+def spec(policy: Policy) -> Callable[[F], F]:
+    """Declare a hook and its failure policy in one place (read back by :func:`policy_of`)."""
+
+    def mark(fn: F) -> F:
+        fn.treg_policy = policy  # type: ignore[attr-defined]
+        return hookspec(fn)
+
+    return mark
+
+
+def policy_of(name: str) -> Policy:
+    """The declared policy of hook ``name`` (KeyError: treg has no such hook)."""
+    fn = globals().get(name)
+    policy = getattr(fn, "treg_policy", None)
+    if policy is None:
+        raise KeyError(f"treg has no hook {name!r}")
+    return policy
+
+
+def hook_names() -> tuple[str, ...]:
+    """Every hook declared here, in declaration (= stage) order."""
+    return tuple(name for name, fn in globals().items() if callable(fn) and hasattr(fn, "treg_policy"))
+
+
+# -- startup: registration (fail closed: startup refuses) ------------------------------------------
+
+@spec(FAIL_CLOSED)
 def treg_register_injectors() -> "Sequence[Injector] | None":
     """Called once at startup. Return the credential injectors this plugin provides.
 
@@ -36,10 +80,11 @@ def treg_register_injectors() -> "Sequence[Injector] | None":
     ``json``). Two injectors for one location stop startup, unless the built-in's implementation is
     overridden: built-ins are ``trylast``, so a plugin's injector for the same location is collected
     first and the built-in's duplicate is dropped. ``None`` or an empty list: nothing to add.
+    Fail closed: an exception stops startup naming the plugin.
     """
 
 
-@hookspec
+@spec(FAIL_CLOSED)
 def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
     """Called once at startup, before anything else starts. Return provider dicts for the catalog.
 
@@ -48,14 +93,14 @@ def treg_register_providers() -> "Sequence[Mapping[str, Any]] | None":
     status…); treg turns the dicts into its own frozen types (:mod:`treg.catalog.model`). treg validates
     the whole catalog and refuses to start on a bad row (:class:`treg.catalog.errors.CatalogError`,
     listing every problem with the plugin, the row and the field); two providers or endpoints with one
-    id stop startup too. An exception raised here stops startup naming the plugin. ``None`` or an empty
-    list: this plugin adds no provider. Return a list, never a bare dict.
+    id stop startup too. Fail closed: an exception raised here stops startup naming the plugin. ``None``
+    or an empty list: this plugin adds no provider. Return a list, never a bare dict.
     """
 
 
-# -- evidence and events: observers (contained) ----------------------------------------------------
+# -- call time, after the answer: evidence and events (observers, contained) -----------------------
 
-@hookspec
+@spec(CONTAINED)
 def treg_spool_evidence_paths(endpoint: "Any") -> "Sequence[str] | None":
     """Called when a billed answer of a ``spooled_response`` endpoint has been spooled, before it is
     parsed. Return extra dotted paths of the JSON answer to keep as evidence (only the value at each
@@ -66,11 +111,12 @@ def treg_spool_evidence_paths(endpoint: "Any") -> "Sequence[str] | None":
     """
 
 
-@hookspec
+@spec(CONTAINED)
 def treg_event(event: "Event") -> None:
     """Called for every product event (``tool_called`` once per call attempt, …), after the fact.
 
     ``event.name`` says what happened and ``event.props`` carries outcome, status, timing and
-    tool/provider identity, never parameters, bodies or secrets. The return value is ignored. An
-    exception is logged and the call goes on. Keep it fast: it runs on the event loop.
+    tool/provider identity, never parameters, bodies or secrets. Returns nothing: the return value
+    (``None`` or anything else) is ignored. Contained: an exception is logged and the call goes on.
+    Keep it fast: it runs on the event loop.
     """

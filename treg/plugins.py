@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -22,12 +23,37 @@ import pluggy
 from treg import hookspecs
 from treg.bindings import Injector
 from treg.errors import ConfigError
-from treg.events import Event
+from treg.hookspecs import CONTAINED, policy_of
 
 log = logging.getLogger(__name__)
 
 GROUP = "treg"
 DISTRIBUTION = "treg"
+#: the entry point that serves the built-in binding locations
+BUILTIN_INJECTORS = "injectors"
+#: locations every stored tool may use; startup refuses when one has no injector
+ESSENTIAL_INJECTORS = ("header", "query", "json")
+
+
+class PluginFailed(ConfigError):
+    """A fail-closed hook of one plugin raised or returned what its spec does not allow."""
+
+    code = "plugin_failed"
+
+    def __init__(self, plugin: str, hook: str, detail: str) -> None:
+        super().__init__(f"plugin {plugin!r} failed in {hook}: {detail}")
+        self.plugin = plugin
+        self.hook = hook
+
+
+@dataclass(frozen=True)
+class HookResult:
+    """One plugin's answer to a hook call."""
+
+    plugin: str
+    value: Any
+    #: the implementation was ``trylast`` (an overridable built-in)
+    trylast: bool
 
 
 @dataclass(frozen=True)
@@ -98,8 +124,75 @@ def create_manager(plugins_dir: Path | None = None, extra: Iterable[Any] = ()) -
     except pluggy.PluginValidationError as exc:
         raise ConfigError(f"plugin {pm.get_name(exc.plugin)!r} implements a hook treg does not have: {exc}",
                           code="plugin_failed") from exc
+    _refuse_wrappers(pm)
     pm.treg_sources = sources  # type: ignore[attr-defined]
+    #: (plugin, hook, exception type) -> how many times a contained hook failed that way
+    pm.treg_contained_failures = {}  # type: ignore[attr-defined]
     return pm
+
+
+def _refuse_wrappers(pm: pluggy.PluginManager) -> None:
+    # call_hook runs each implementation on its own (to attribute and contain failures); a wrapper
+    # would silently never run, so it is refused here rather than ignored
+    for name in hookspecs.hook_names():
+        for impl in getattr(pm.hook, name).get_hookimpls():
+            if impl.hookwrapper or impl.wrapper:
+                raise ConfigError(f"plugin {impl.plugin_name!r} implements {name} as a wrapper (hookwrapper=True "
+                                  "or wrapper=True); treg does not run hook wrappers: implement the hook plainly",
+                                  code="plugin_failed")
+
+
+def has_impls(pm: pluggy.PluginManager, name: str) -> bool:
+    """Whether any plugin implements hook ``name`` (lets a caller skip building arguments nobody reads)."""
+    return bool(getattr(pm.hook, name).get_hookimpls())
+
+
+def call_hook(pm: pluggy.PluginManager, name: str, /, **kwargs: Any) -> list[HookResult]:
+    """Call every plugin's implementation of hook ``name`` and return their answers, in pluggy's order.
+
+    pluggy's calling convention is kept: the caller passes exactly the spec's arguments, by name, and
+    each implementation receives the subset it declares; ``tryfirst``/``trylast`` order the calls.
+    The hook's declared policy (:func:`treg.hookspecs.policy_of`) decides what an exception does:
+    CONTAINED logs it once per (plugin, exception type) and skips that plugin; FAIL_CLOSED raises
+    :class:`PluginFailed` naming the plugin.
+    """
+    policy = policy_of(name)
+    caller = getattr(pm.hook, name)
+    expected = caller.spec.argnames if caller.spec is not None else ()
+    if set(kwargs) != set(expected):
+        raise TypeError(f"{name} takes {expected}, called with {tuple(kwargs)}")
+    out: list[HookResult] = []
+    for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last-registered first
+        try:
+            value = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+        except Exception as exc:
+            if policy is CONTAINED:
+                _log_contained(pm, impl.plugin_name, name, exc)
+                continue
+            raise PluginFailed(impl.plugin_name, name, f"the hook raised {type(exc).__name__}: {exc}") from exc
+        out.append(HookResult(impl.plugin_name, value, impl.trylast))
+    return out
+
+
+def _log_contained(pm: pluggy.PluginManager, plugin: str, hook: str, exc: Exception) -> None:
+    # the exception's message is not logged: an observer may have put the event's values into it.
+    # Type and stack locate the bug; logging every repeat would flood the log on every call.
+    failures = getattr(pm, "treg_contained_failures", None)
+    if failures is None:
+        failures = pm.treg_contained_failures = {}  # type: ignore[attr-defined]
+    key = (plugin, hook, type(exc).__name__)
+    failures[key] = failures.get(key, 0) + 1
+    if failures[key] > 1:
+        return
+    stack = "".join(traceback.format_list(traceback.extract_tb(exc.__traceback__)))
+    log.error("plugin %r failed in %s (%s); ignored, the call goes on. Later %s failures of this plugin in "
+              "this hook are counted, not logged.\n%s", plugin, hook, type(exc).__name__, type(exc).__name__,
+              stack.rstrip())
+
+
+def contained_failures(pm: pluggy.PluginManager) -> dict[tuple[str, str, str], int]:
+    """How often each (plugin, hook, exception type) failed in a contained hook."""
+    return dict(getattr(pm, "treg_contained_failures", {}))
 
 
 def _register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
@@ -118,57 +211,43 @@ def describe(pm: pluggy.PluginManager) -> list[LoadedPlugin]:
     return out
 
 
-def _plugin_name(pm: pluggy.PluginManager, impl: pluggy.HookImpl) -> str:
-    return impl.plugin_name
-
-
 def collect_injectors(pm: pluggy.PluginManager) -> Mapping[str, Injector]:
     """Injectors by location. Hook results arrive in call order: ``trylast`` built-ins come last, so a
     plugin's injector for a built-in location wins; two non-builtin injectors for one location stop
-    startup."""
+    startup. The built-in locations (:data:`ESSENTIAL_INJECTORS`) must be served: without them every
+    stored tool would fail at call time, so startup refuses instead."""
     found: dict[str, tuple[Injector, str, bool]] = {}
-    for impl in reversed(pm.hook.treg_register_injectors.get_hookimpls()):
-        try:
-            result = impl.function() or []
-        except Exception as exc:  # fail closed, naming the plugin: treg never starts half-configured
-            raise ConfigError(f"plugin {impl.plugin_name!r} failed in treg_register_injectors: {exc!r}",
-                              code="plugin_failed") from exc
+    for res in call_hook(pm, "treg_register_injectors"):
+        result = res.value or []
         if not isinstance(result, (list, tuple)):
-            raise ConfigError(f"plugin {impl.plugin_name!r}: treg_register_injectors must return a list of "
-                              f"injectors, not {type(result).__name__}", code="plugin_failed")
+            raise PluginFailed(res.plugin, "treg_register_injectors",
+                               f"must return a list of injectors, not {type(result).__name__}")
         for injector in result:
             if not isinstance(injector, Injector) or not isinstance(getattr(injector, "location", None), str):
-                raise ConfigError(f"plugin {impl.plugin_name!r}: treg_register_injectors returned {injector!r}, "
-                                  "which is not an Injector (location, needs_json_body, validate, inject)",
-                                  code="plugin_failed")
+                raise PluginFailed(res.plugin, "treg_register_injectors",
+                                   f"returned {injector!r}, which is not an Injector "
+                                   "(location, needs_json_body, validate, inject)")
             loc = injector.location
             if loc in found:
                 _, other, other_trylast = found[loc]
-                if impl.trylast and not other_trylast:
+                if res.trylast and not other_trylast:
                     continue  # an overridable default lost to a plugin's own injector
-                raise ConfigError(f"two injectors for location {loc!r}: plugins {other!r} and {impl.plugin_name!r}",
+                raise ConfigError(f"two injectors for location {loc!r}: plugins {other!r} and {res.plugin!r}",
                                   code="plugin_conflict")
-            found[loc] = (injector, impl.plugin_name, impl.trylast)
+            found[loc] = (injector, res.plugin, res.trylast)
+    missing = [loc for loc in ESSENTIAL_INJECTORS if loc not in found]
+    if missing:
+        raise ConfigError(f"no injector for the built-in location(s) {', '.join(map(repr, missing))}: the "
+                          f"built-in plugin {BUILTIN_INJECTORS!r} (entry point group {GROUP!r} of the "
+                          f"{DISTRIBUTION!r} distribution) is not loaded and no plugin replaces it; "
+                          "reinstall treg", code="plugin_missing")
     return {loc: inj for loc, (inj, _, _) in found.items()}
 
 
-def emit(pm: pluggy.PluginManager, event: Event) -> None:
-    """Hand an event to every observer; a failing observer is logged and skipped (contained)."""
-    for impl in pm.hook.treg_event.get_hookimpls():
-        try:
-            impl.function(event=event)
-        except Exception:  # observers must never break a call
-            log.exception("plugin %r failed in treg_event(%s); ignored", impl.plugin_name, event.name)
-
-
 def spool_evidence_paths(pm: pluggy.PluginManager, endpoint: Any) -> list[str]:
-    """Evidence paths plugins ask to keep from a spooled answer (contained: a failing plugin is skipped)."""
+    """Evidence paths plugins ask to keep from a spooled answer (contained: a failing plugin is skipped,
+    a non-string path is ignored)."""
     paths: list[str] = []
-    for impl in pm.hook.treg_spool_evidence_paths.get_hookimpls():
-        try:
-            result = impl.function(endpoint=endpoint)
-        except Exception:
-            log.exception("plugin %r failed in treg_spool_evidence_paths; ignored", impl.plugin_name)
-            continue
-        paths.extend(p for p in (result or ()) if isinstance(p, str))
+    for res in call_hook(pm, "treg_spool_evidence_paths", endpoint=endpoint):
+        paths.extend(p for p in (res.value or ()) if isinstance(p, str))
     return paths

@@ -113,6 +113,14 @@ class Settings:
     trial_micro: int = _setting(
         "TREG_TRIAL_MICRO", 0,
         "free allowance (micro-USD) granted once to each org, the first time its account is touched", "int")
+    public_url: str | None = _setting(
+        "TREG_PUBLIC_URL", None, "the URL callers reach treg at (behind a proxy); treg's own origin for the MCP "
+        "Origin check; unset: `http://<listen address>:<port>`")
+    mcp_allowed_origins: tuple[str, ...] = _setting(
+        "TREG_MCP_ALLOWED_ORIGINS", (), "comma-separated browser origins (`https://app.example`) allowed to POST "
+        "to `/mcp` besides treg's own", "list")
+    mcp_max_text_bytes: int = _setting(
+        "TREG_MCP_MAX_TEXT_BYTES", 64 * 1024, "an MCP tool result's body is cut at this many bytes (saying so)", "int")
     ui_session_ttl_s: int = _setting(
         "TREG_UI_SESSION_TTL_S", 12 * 3600, "seconds a dashboard login (`treg_session` cookie) stays valid", "int")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.

@@ -27,6 +27,7 @@ from yarl import URL
 from treg.bindings import Binding
 from treg.call.target import DialKey, dial_key, parse_passthrough
 from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
+from treg.catalog.search import with_pointer
 from treg.context import Services
 from treg.domain.access import tool_usable
 from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
@@ -179,7 +180,10 @@ async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallba
     shape, a, b = parse_rest(rest)
     all_tools = cached_org_tools(svc, ident.org_id) or await org_tools(svc, ident.org_id)
     if shape == "url":
-        return inp, passthrough_target(ident, all_tools, a, b, inp.raw_query)
+        try:
+            return inp, passthrough_target(ident, all_tools, a, b, inp.raw_query)
+        except NotFound as exc:  # no tool serves that URL: point at the catalog (its host and path's words)
+            raise with_pointer(svc.catalog, exc, b.partition("?")[0]) from None
     name, path = a, b
     tool = all_tools.by_name.get(name)
     if tool is not None:
@@ -193,8 +197,9 @@ async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallba
     # catalog near-id matching is provider-local and wins for genuine misspellings; then the hint at
     # a connected tool sharing the first segment; then a catalog-shaped 404
     if err is not None and (err.extra.get("did_you_mean") or not hint):
-        raise err
-    raise NotFound(f"no tool named {name!r} in this org", code="tool_not_found", **hint)
+        raise with_pointer(svc.catalog, err, name)
+    raise with_pointer(svc.catalog, NotFound(f"no tool named {name!r} in this org", code="tool_not_found", **hint),
+                       name)
 
 
 def _near_tool_hint(ident: Identity, all_tools: tuple[ToolRef, ...], name: str) -> dict[str, Any]:

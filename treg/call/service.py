@@ -29,11 +29,11 @@ from treg.call.resolve import resolve
 from treg.call.target import ensure_dials, mask_userinfo
 from treg.call.types import CallInput, CallRecord, PendingBody, ResolvedTarget
 from treg.context import Services
-from treg.errors import DatabaseError, GatewayFailed, TregError
+from treg.errors import DbPoolExhausted, GatewayFailed, SsrfRefused, TregError
 from treg.events import Event
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamResponse
-from treg.plugins import emit, spool_evidence_paths
+from treg.plugins import call_hook, has_impls, spool_evidence_paths
 from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
@@ -132,9 +132,9 @@ def _audit(svc: Services, rec: CallRecord) -> None:
     writer = svc.extras.get("audit")
     if writer is not None:
         writer.record(rec)
-    if not svc.pm.hook.treg_event.get_hookimpls():
+    if not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
-    emit(svc.pm, Event("tool_called", {
+    call_hook(svc.pm, "treg_event", event=Event("tool_called", {
         "call_id": rec.id, "org_id": rec.org_id, "member_id": rec.member_id, "surface": rec.surface,
         "method": rec.method, "outcome": rec.outcome, "status": rec.status, "refused_by": rec.refused_by,
         "error_code": rec.error_code, "blame": rec.blame, "tool_id": rec.tool_id, "tool_name": rec.tool_name,
@@ -148,8 +148,8 @@ def _intake_failed(svc: Services, inp: CallInput, exc: TregError) -> None:
     """A call that failed before its caller was known (the database pool timed out on the identity
     lookup): no org to record it under, so only an event, naming the surface and nothing of the target."""
     log.warning("call %s failed before identity: %s", inp.call_id, exc.code)
-    emit(svc.pm, Event("call_intake_failed", {"call_id": inp.call_id, "surface": inp.surface,
-                                              "failure_kind": exc.code, "status": exc.status}))
+    call_hook(svc.pm, "treg_event", event=Event("call_intake_failed", {
+        "call_id": inp.call_id, "surface": inp.surface, "failure_kind": exc.code, "status": exc.status}))
 
 
 def _unexpected() -> TregError:
@@ -159,13 +159,13 @@ def _unexpected() -> TregError:
 
 
 def _failure_record(state: CallState, exc: TregError, failure_kind: str | None = None) -> CallRecord:
-    refused = exc.refused_by is not None or exc.status < 500 or exc.code == "ssrf_refused"
+    refused = exc.refused_by is not None or exc.status < 500 or isinstance(exc, SsrfRefused)
     err_req = state.request_evidence()
     err_resp = None
     if err_req is not None:
         err_resp = {"status": exc.status, "headers": [["Content-Type", "application/json"], ["X-Treg-Error", "1"]],
                     "body": state.redactor.text(json.dumps(exc.body())), "body_truncated": False}
-    if failure_kind is None and exc.code == "db_pool":
+    if failure_kind is None and isinstance(exc, DbPoolExhausted):
         failure_kind = "db_pool"  # the pool timed out after identity: treg's capacity, not the caller's
     return state.record(outcome="refused" if refused else "gateway_failed", status=exc.status,
                         refused_by=exc.refused_by, error_code=exc.code, blame=exc.blame, error_request=err_req,
@@ -227,14 +227,13 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     try:
         state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
                                or await tenancy.authenticate(svc, inp.token, inp.org_hint))
-    except DatabaseError as exc:
-        if exc.code == "db_pool":
-            _intake_failed(svc, inp, exc)
+    except DbPoolExhausted as exc:
+        _intake_failed(svc, inp, exc)
         raise
     try:
         if isinstance(inp.body, PendingBody):  # the edge's reading that waited for identity
             state.inp = inp = await inp.body.load(inp)
-        if inp.surface == "catalog":
+        if inp.catalog_form:
             inp, target = await catalog_stage.resolve_catalog_surface(svc, ident, inp)
         elif inp.surface == "redirect":
             inp, target = redirects.redirect_target(svc, ident, inp)

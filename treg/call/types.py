@@ -26,7 +26,7 @@ class CallInput:
     """What the caller sent, as the edge saw it (raw path and query: percent-encoding untouched)."""
 
     call_id: str
-    surface: str  # "call" | "catalog" | "redirect"
+    surface: str  # "call" | "catalog" | "redirect" | "mcp" (the audit row's surface)
     method: str
     rest: str  # raw path after /call/ (or /catalog/call/), without the query
     raw_query: str  # raw query string without '?', '' when none
@@ -43,6 +43,14 @@ class CallInput:
     user_agent: str | None = None
     #: the call this one continues (a followed redirect, a routed endpoint's child), for its audit row
     parent_call_id: str | None = None
+    #: how ``rest`` is resolved when the surface does not say it: "catalog" as /catalog/call/ (an MCP
+    #: catalog_call); None: as the surface's own form
+    form: str | None = None
+
+    @property
+    def catalog_form(self) -> bool:
+        """Resolved as ``/catalog/call/<endpoint-id>``: exact endpoint ids only, no org tool shadows one."""
+        return self.surface == "catalog" or self.form == "catalog"
 
     def header(self, name: str) -> str | None:
         lname = name.lower()

@@ -24,6 +24,7 @@ from treg.bindings import Binding, Injector, format_fields
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
+from treg.plugins import PluginFailed, call_hook
 
 log = logging.getLogger("treg.catalog")
 
@@ -633,14 +634,12 @@ def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, I
 
 def declared_providers(pm: pluggy.PluginManager) -> list[tuple[str, Any]]:
     """Call every plugin's ``treg_register_providers`` hook, keeping who returned what."""
-    out = []
-    for impl in pm.hook.treg_register_providers.get_hookimpls():
-        try:
-            result = impl.function()
-        except Exception as exc:  # a plugin bug must name the plugin, not crash anonymously
-            raise CatalogError([Problem(impl.plugin_name, "treg_register_providers", "",
-                                        f"the hook raised {exc!r}")]) from exc
-        out.append((impl.plugin_name, result))
+    try:
+        results = call_hook(pm, "treg_register_providers")
+    except PluginFailed as exc:  # a plugin bug must name the plugin, not crash anonymously
+        raise CatalogError([Problem(exc.plugin, "treg_register_providers", "",
+                                    f"the hook raised {exc.__cause__!r}")]) from exc
+    out = [(res.plugin, res.value) for res in results]
     out.sort(key=lambda item: item[0])  # a stable order whatever pluggy's call order
     return out
 

@@ -17,6 +17,7 @@ from treg.catalog.errors import CatalogPathNotAllowed, EndpointNotFound, Endpoin
 from treg.catalog.ladder import OrgCredentials
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
+from treg.catalog.search import with_pointer
 from treg.catalog.suggest import did_you_mean
 from treg.settings import Settings
 
@@ -35,7 +36,7 @@ def resolve_catalog_call(registry: CatalogRegistry, rest: str) -> Endpoint:
     name, sep, _ = rest.partition("/")
     endpoint = registry.get(name)
     if endpoint is None:
-        raise EndpointNotFound(name, did_you_mean(registry, name))
+        raise with_pointer(registry, EndpointNotFound(name, did_you_mean(registry, name)), name)
     if sep:
         raise _path_refusal(endpoint, "/catalog/call")
     return endpoint

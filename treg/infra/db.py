@@ -22,7 +22,7 @@ import psycopg2.extras
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
-from treg.errors import DatabaseError, IntegrityError
+from treg.errors import DatabaseError, DbPoolExhausted, IntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def compile_statement(stmt: ClauseElement | str, params: Mapping[str, Any] | Non
     return Compiled(str(compiled), out)
 
 
-def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError:
+def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
     code = exc.pgcode or ""
     if code.startswith("23"):  # integrity_constraint_violation class
         constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
@@ -138,8 +138,7 @@ class Database:
             async with asyncio.timeout(self._timeout):
                 conn = await self._pool.acquire()
         except (TimeoutError, psycopg2.Error) as exc:
-            raise DatabaseError("no database connection available (pool exhausted or server down)",
-                                code="db_pool") from exc
+            raise DbPoolExhausted("no database connection available (pool exhausted or server down)") from exc
         self.in_use += 1
         self.peak_in_use = max(self.peak_in_use, self.in_use)
         task = asyncio.current_task()

@@ -39,7 +39,7 @@ import dns.nameserver
 import dns.rdatatype
 import dns.resolver
 
-from treg.errors import ConfigError, GatewayFailed, TregError
+from treg.errors import ConfigError, GatewayFailed, SsrfRefused, TregError
 from treg.infra.ssrf import (IPAddress, SsrfPolicy, loopback_name, normalize_host, parse_numeric_host,
                              site_local_name)
 from treg.settings import Settings
@@ -57,19 +57,6 @@ MAX_TTL_S = 3600.0
 
 _LOOPBACK = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 _NUMERIC_FLAGS = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
-
-
-class SsrfRefused(GatewayFailed):
-    """The upstream host is (or resolves to) an address treg refuses to reach; nothing was sent."""
-
-    status, code, blame = 502, "ssrf_refused", "caller"
-
-    def __init__(self, detail: str, *, addresses: tuple[IPAddress, ...] = (), **kw: Any) -> None:
-        kw.setdefault("refused_by", "ssrf")
-        super().__init__(detail, **kw)
-        #: the refused addresses, for logs and the audit row — never in the caller's error body, so a
-        #: caller cannot use treg as an oracle for internal DNS
-        self.addresses = addresses
 
 
 def unwrap_treg_error(exc: BaseException) -> TregError | None:

@@ -13,6 +13,8 @@ from treg.catalog.errors import EndpointNotFound
 from treg.catalog.ladder import OrgCredentials
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
+from treg.catalog import search
+from treg.catalog.search import with_pointer
 from treg.catalog.suggest import did_you_mean
 from treg.context import Services
 from treg.errors import BadRequest
@@ -43,10 +45,18 @@ async def list_endpoints(request: web.Request) -> web.Response:
     if status is not None and status not in _STATUSES:
         raise BadRequest(f"status must be one of {', '.join(_STATUSES)}", code="invalid_filter")
     registry = svc.catalog
-    found = registry.search(provider=q.get("provider") or None, capability=q.get("capability") or None,
-                            q=q.get("q") or None, status=status)
+    words, provider = q.get("q") or None, q.get("provider") or None
+    if words and status in (None, "live"):
+        # by words, best match first (treg.catalog.search): what a not-found answer's hint links to
+        found = [ep for ep in search.rank(registry, words, q.get("capability") or None, limit=len(registry))
+                 if provider is None or ep.provider == provider]
+    else:
+        found = registry.search(provider=provider, capability=q.get("capability") or None, q=words, status=status)
     creds = await ladder.load_org_credentials(svc, ident, {ep.provider for ep in found})
-    rows = [{**ep.summary_json(), **_tier_view(registry, ep, creds, svc)} for ep in found]
+    # each row says how to call it: an agent reading a search needs no second request per endpoint
+    rows = [{**ep.summary_json(), "params": [p.to_json() for p in ep.params],
+             "example": f"{ep.method} {search.example_query(ep)}", **_tier_view(registry, ep, creds, svc)}
+            for ep in found]
     return json_response({"endpoints": rows})
 
 
@@ -57,7 +67,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
     endpoint_id = request.match_info["endpoint_id"]
     ep = registry.get(endpoint_id)
     if ep is None:
-        raise EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id))
+        raise with_pointer(registry, EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id)), endpoint_id)
     alts_providers = {a.provider for a in registry.with_capability(ep.capability)} if ep.capability else set()
     creds = await ladder.load_org_credentials(svc, ident, {ep.provider} | alts_providers)
     body = ep.to_json()

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from treg.errors import BadRequest
+from treg.errors import BadRequest, BodyTooLarge
 
 MAX_JSON_BYTES = 1024 * 1024
 
@@ -41,21 +41,21 @@ MAX_JSON_DEPTH = 64
 _BODY_BROKEN = (ConnectionError, asyncio.IncompleteReadError, HttpProcessingError, ClientPayloadError)
 
 
-def _too_large() -> BadRequest:
-    return BadRequest(f"the JSON body is larger than {MAX_JSON_BYTES} bytes", code="body_too_large")
+def _too_large(limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"the request body is larger than {limit} bytes")
 
 
 async def read_body(request: web.Request, limit: int = MAX_JSON_BYTES) -> bytes:
     """The whole body up to ``limit`` bytes, however it arrives (split TCP writes, chunked): one
     ``read(n)`` returns only what has arrived so far."""
     if request.content_length is not None and request.content_length > limit:
-        raise _too_large()
+        raise _too_large(limit)
     parts, size = [], 0
     try:
         async for chunk in request.content.iter_chunked(64 * 1024):
             size += len(chunk)
             if size > limit:
-                raise _too_large()
+                raise _too_large(limit)
             parts.append(chunk)
     except _BODY_BROKEN as exc:
         # the message of aiohttp's parser errors quotes the raw bytes: never in the answer

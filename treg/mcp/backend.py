@@ -1,0 +1,169 @@
+"""The tools of one MCP caller, run through the one call pipeline (:func:`treg.call.service.execute`).
+
+A ``tools/call`` of an own tool or of ``catalog_call`` becomes a :class:`~treg.call.types.CallInput` with
+``surface: "mcp"`` and goes through exactly what ``/call/`` and ``/catalog/call/`` go through (ACL,
+deny rules, money, idempotency, audit, evidence). The answer's body is read here, bounded by
+``TREG_MCP_MAX_TEXT_BYTES``, and the outcome's ``finish`` called exactly once, as the HTTP edge does
+after streaming.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from treg.call import service
+from treg.call.resolve import org_tools, usable
+from treg.call.service import CallOutcome
+from treg.catalog import search as catalog_search
+from treg.catalog.ladder import load_org_credentials
+from treg.context import Services
+from treg.errors import TregError
+from treg.ids import new_id
+from treg.mcp import results
+from treg.mcp.protocol import INVALID_PARAMS, RpcError
+from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
+                            catalog_input, catalog_search_tool, mcp_names, own_tool_input, tool_list)
+from treg.tenancy import Identity
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "treg relays HTTP calls to third-party APIs and injects the credentials, so never send keys. To do "
+    "something with an API you do not know: call catalog_search with what you want in words (or a "
+    "capability such as weather.forecast), then catalog_call with a match's id and its params. The other "
+    "tools are your org's own APIs: give method, path, query and body. Every result names its call id, "
+    "cost (micro-USD) and credential tier; a refusal comes as an error result with a hint and did_you_mean.")
+
+_SEARCH_MAX = 50
+
+
+async def read_answer(outcome: CallOutcome, limit: int) -> tuple[results.Answer | None, TregError | None]:
+    """The first ``limit`` bytes of the answer's body (one more, to know it was longer), then the outcome
+    closed and finished exactly once. An upstream breaking mid-answer comes back as its TregError."""
+    parts: list[bytes] = []
+    size = 0
+    truncated = False
+    error: BaseException | None = None
+    try:
+        if outcome.whole is not None:
+            data = outcome.whole
+            truncated = len(data) > limit
+            parts, size = [data[:limit + 1]], len(data)
+        else:
+            async for chunk in outcome.body:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    truncated = True  # the rest is not read: the upstream connection is dropped by close()
+                    break
+    except TregError as exc:
+        error = exc
+    except BaseException as exc:  # cancellation (the MCP client hung up): recorded as such, then re-raised
+        error = exc
+        raise
+    finally:
+        outcome.close()
+        outcome.finish(size, error)
+    if isinstance(error, TregError):
+        return None, error
+    known = outcome.content_length if outcome.content_length is not None else (None if truncated else size)
+    return results.Answer(status=outcome.status, reason=outcome.reason, headers=outcome.headers,
+                          data=b"".join(parts), truncated=truncated, size=known), None
+
+
+class PipelineBackend:
+    """``/mcp`` (own tools and the catalog) or ``/catalog/mcp`` (``catalog_only``) for one caller."""
+
+    instructions = INSTRUCTIONS
+
+    def __init__(self, svc: Services, ident: Identity, ctx: CallerContext, *, catalog_only: bool) -> None:
+        self.svc = svc
+        self.ident = ident
+        self.ctx = ctx
+        self.catalog_only = catalog_only
+
+    async def _named(self) -> list[tuple[str, Any]]:
+        if self.catalog_only:
+            return []
+        return mcp_names([t for t in await org_tools(self.svc, self.ident.org_id) if usable(self.ident, t)])
+
+    def param_headers(self, name: str) -> dict[str, str]:
+        return PARAM_HEADERS.get(name, {})
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        if self.catalog_only:
+            return [catalog_search_tool(), catalog_call_tool()]
+        return tool_list(await self._named())
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        if name == CATALOG_SEARCH:
+            return await self._search(arguments)
+        call_id = new_id("call")
+        if name == CATALOG_CALL:
+            return await self._run(catalog_input(self.ctx, call_id, self.svc.catalog, arguments))
+        tool = None
+        if not self.catalog_only:
+            named = await self._named()
+            tool = dict(named).get(name)
+            if tool is None:
+                # a tool of the org the caller may not use is not listed, but calling it by its own name is
+                # refused by the pipeline's ACL (403, audited), exactly as /call/<name> would be
+                tool = (await org_tools(self.svc, self.ident.org_id)).by_name.get(name)
+        if tool is None:
+            listed = [n for n, _ in await self._named()] + [CATALOG_SEARCH, CATALOG_CALL]
+            pointer = catalog_search.pointer(self.svc.catalog, name)
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name!r}; tools/list names this endpoint's tools "
+                                           f"({', '.join(listed)}); for an API of the catalog use catalog_search "
+                                           "then catalog_call",
+                           {"tools": listed, **pointer})
+        return await self._run(own_tool_input(self.ctx, call_id, tool, arguments))
+
+    async def _run(self, inp: Any) -> dict[str, Any]:
+        try:
+            outcome = await service.execute(self.svc, inp)
+        except TregError as exc:
+            return results.refusal_result(exc, call_id=inp.call_id)
+        limit = self.svc.settings.mcp_max_text_bytes
+        answer, broken = await read_answer(outcome, limit)
+        if broken is not None:
+            return results.refusal_result(broken, call_id=inp.call_id)
+        assert answer is not None
+        return results.answer_result(answer, call_id=inp.call_id, limit=limit,
+                                     fallback_tier=None if inp.catalog_form else "tool")
+
+    async def _search(self, args: dict[str, Any]) -> dict[str, Any]:
+        extra = sorted(set(args) - {"query", "capability", "limit"})
+        if extra:
+            raise RpcError(INVALID_PARAMS, f"catalog_search: unknown argument(s) {', '.join(extra)}; the arguments "
+                                           "are query, capability, limit")
+        query, capability, limit = args.get("query"), args.get("capability"), args.get("limit", 10)
+        for key, value in (("query", query), ("capability", capability)):
+            if value is not None and not isinstance(value, str):
+                raise RpcError(INVALID_PARAMS, f"catalog_search: {key} must be a string")
+        if isinstance(limit, float) and limit.is_integer():
+            limit = int(limit)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _SEARCH_MAX:
+            raise RpcError(INVALID_PARAMS, f"catalog_search: limit must be an integer from 1 to {_SEARCH_MAX}")
+        registry = self.svc.catalog
+        ranked = catalog_search.scored(registry, query, capability)[:limit]
+        found = [ep for ep, _ in ranked]
+        providers = {ep.provider for ep in found}
+        for ep in found:
+            if ep.capability:
+                providers |= {alt.provider for alt in registry.with_capability(ep.capability)}
+        creds = await load_org_credentials(self.svc, self.ident, providers)
+        rows = [catalog_search.describe(registry, ep, creds, self.svc.settings) for ep in found]
+        # as good a match, what the caller can call now comes first (sorted is stable: the rank stays)
+        order = {id(row): (-matched, not row["callable"]) for row, (_, matched) in zip(rows, ranked)}
+        rows.sort(key=lambda row: order[id(row)])
+        out: dict[str, Any] = {
+            "query": query, "capability": capability, "endpoints": rows,
+            "search_url": catalog_search.search_url(" ".join(filter(None, (query, capability)))),
+        }
+        if not found or not (query or capability):
+            out["capabilities"] = sorted(registry.capabilities)
+        if not found:
+            out["hint"] = ("no live endpoint matches; try other or fewer words, or one of the capabilities "
+                           "listed (capability argument)")
+        return results.search_result(out)

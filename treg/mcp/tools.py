@@ -1,0 +1,301 @@
+"""The tools a caller sees over MCP, and how a ``tools/call`` becomes the pipeline's :class:`CallInput`.
+
+``/mcp`` lists one tool per own tool the caller may use (sorted by tool name, then id, so the order is
+stable), then ``catalog_search`` and ``catalog_call``; ``/catalog/mcp`` lists only the two catalog
+tools. A tool name is made valid for MCP (``[A-Za-z0-9_.-]{1,128}``): other characters become ``_``;
+a name that collides with an earlier one (or with a catalog tool) gets ``-<the tool id's tail>``.
+
+Arguments are checked here against the tool's own schema (an unknown key, a wrong type: -32602, the
+message naming the argument); what the endpoint itself accepts is the pipeline's business, so a
+refused parameter comes back as treg's error body in an ``isError`` result the model can act on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+from urllib.parse import quote
+
+from treg.call.types import CallInput, ToolRef
+from treg.catalog.model import Endpoint
+from treg.catalog.registry import CatalogRegistry
+from treg.mcp.protocol import INVALID_PARAMS, RpcError
+
+CATALOG_SEARCH = "catalog_search"
+CATALOG_CALL = "catalog_call"
+CATALOG_TOOLS = (CATALOG_SEARCH, CATALOG_CALL)
+#: tool name → {argument: x-mcp-header token}
+PARAM_HEADERS = {CATALOG_CALL: {"endpoint": "Endpoint"}}
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+_INVALID = re.compile(r"[^A-Za-z0-9_.-]")
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+#: characters a path keeps as the agent wrote them (a valid %HH included); anything else is encoded
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+_SCALAR = {"type": ["string", "number", "integer", "boolean"]}
+
+
+@dataclass(frozen=True)
+class CallerContext:
+    """What the MCP request itself says about the caller (the pipeline re-authenticates from it)."""
+
+    token: str
+    org_hint: str | None
+    tag: str | None
+    user_agent: str | None
+
+
+# -- names and schemas -------------------------------------------------------------------------------
+
+def mcp_names(tools: Sequence[ToolRef]) -> list[tuple[str, ToolRef]]:
+    """``(mcp name, tool)`` for ``tools``, sorted by name then id, each name unique and valid."""
+    taken = set(CATALOG_TOOLS)
+    out = []
+    for tool in sorted(tools, key=lambda t: (t.name, t.id)):
+        base = _INVALID.sub("_", tool.name)[:128] or "tool"
+        name = base
+        if name in taken:
+            tail = _INVALID.sub("_", tool.id)[-8:]
+            name = f"{base[:128 - len(tail) - 1]}-{tail}"
+            n = 2
+            while name in taken:  # bounded by the number of tools
+                suffix = f"-{tail}-{n}"
+                name, n = f"{base[:128 - len(suffix)]}{suffix}", n + 1
+        taken.add(name)
+        out.append((name, tool))
+    return out
+
+
+def own_tool(name: str, tool: ToolRef) -> dict[str, Any]:
+    return {
+        "name": name,
+        "title": tool.name,
+        "description": (
+            f"An HTTP request to the org's tool {tool.name!r} ({tool.base_url}); treg adds the tool's "
+            "credentials, so send none. Answers the upstream's status and body. Path and query are appended "
+            "to the base URL."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "method": {"type": "string", "enum": list(METHODS), "default": "GET",
+                           "description": "HTTP method"},
+                "path": {"type": "string", "default": "",
+                         "description": f"path after the base URL, e.g. /items/7 (relayed to {tool.base_url}"
+                                        "/items/7); empty: the base URL itself"},
+                "query": {"type": "object", "additionalProperties": {
+                    "anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
+                    "description": "query parameters by name (a list repeats the parameter)"},
+                "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                            "description": "extra request headers (no credentials: treg injects them)"},
+                "body": {"description": "request body: an object or array is sent as JSON, a string as is"},
+            },
+            "additionalProperties": False,
+        },
+        "annotations": {"title": tool.name, "openWorldHint": True},
+    }
+
+
+def catalog_search_tool() -> dict[str, Any]:
+    return {
+        "name": CATALOG_SEARCH,
+        "title": "Search the API catalog",
+        "description": (
+            "Find an API endpoint of treg's catalog by words (e.g. 'weather forecast', 'geocode a city') or by "
+            "capability (e.g. 'weather.forecast'). Each match names its id, parameters, price (micro-USD), the "
+            "credential tier you would get (null: not callable yet, with how to get one) and same-capability "
+            "alternatives. Call a match with catalog_call. No arguments: every endpoint and capability."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "what you want, in words"},
+                "capability": {"type": "string",
+                               "description": "a capability such as weather.forecast, or its first part (weather)"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10,
+                          "description": "most endpoints to return"},
+            },
+            "additionalProperties": False,
+        },
+        "annotations": {"title": "Search the API catalog", "readOnlyHint": True, "openWorldHint": False},
+    }
+
+
+def catalog_call_tool() -> dict[str, Any]:
+    return {
+        "name": CATALOG_CALL,
+        "title": "Call a catalog endpoint",
+        "description": (
+            "Call an endpoint of treg's catalog by id (find ids with catalog_search). Parameters go in params by "
+            "name, path, query and body ones alike; treg picks the credential (your team's, or the platform's, "
+            "which is billed) and answers the upstream's status and body with the call id, cost and tier."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                # mirrored in Mcp-Param-Endpoint (2026-07-28): gateways and balancers can route or limit by
+                # endpoint without reading the body; treg checks the header against the argument
+                "endpoint": {"type": "string", "description": "endpoint id, e.g. open-meteo.forecast",
+                             "x-mcp-header": "Endpoint"},
+                "params": {"type": "object", "description": "the endpoint's parameters by name"},
+                "body": {"description": "request body (an object or array is sent as JSON); body parameters "
+                                        "may go in params instead"},
+                "idempotency_key": {"type": "string",
+                                    "description": "a label: a retry with the same label and request is not "
+                                                   "charged twice"},
+            },
+            "required": ["endpoint"],
+            "additionalProperties": False,
+        },
+        "annotations": {"title": "Call a catalog endpoint", "openWorldHint": True},
+    }
+
+
+def tool_list(named: Sequence[tuple[str, ToolRef]]) -> list[dict[str, Any]]:
+    return [own_tool(name, tool) for name, tool in named] + [catalog_search_tool(), catalog_call_tool()]
+
+
+# -- arguments ---------------------------------------------------------------------------------------
+
+def _bad(message: str, **data: Any) -> RpcError:
+    return RpcError(INVALID_PARAMS, message, data or None)
+
+
+def _only(args: dict[str, Any], allowed: Sequence[str], tool: str) -> None:
+    extra = sorted(set(args) - set(allowed))
+    if extra:
+        raise _bad(f"{tool}: unknown argument(s) {', '.join(extra)}; the arguments are {', '.join(allowed)}",
+                   allowed=list(allowed))
+
+
+def _scalar(value: Any, what: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    raise _bad(f"{what} must be a string, a number or a boolean")
+
+
+def encode_query(query: Any, what: str = "query") -> str:
+    """A raw query string from an object of scalars or lists of scalars (a string: taken as it is)."""
+    if query is None:
+        return ""
+    if isinstance(query, str):
+        return query.lstrip("?")
+    if not isinstance(query, dict):
+        raise _bad(f"{what} must be an object of parameter names to values")
+    pairs = []
+    for key, value in query.items():
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if v is None:
+                continue
+            pairs.append(f"{quote(str(key), safe='')}={quote(_scalar(v, f'{what}.{key}'), safe='')}")
+    return "&".join(pairs)
+
+
+def encode_body(body: Any, headers: list[tuple[str, str]]) -> bytes | None:
+    """The body's bytes, and its Content-Type added when the caller named none."""
+    if body is None:
+        return None
+    has_type = any(k.lower() == "content-type" for k, _ in headers)
+    if isinstance(body, str):
+        data = body.encode("utf-8", "surrogatepass")
+        if not has_type:
+            headers.append(("Content-Type", "application/json" if _is_json(body) else "text/plain; charset=utf-8"))
+        return data
+    if not has_type:
+        headers.append(("Content-Type", "application/json"))
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _is_json(text: str) -> bool:
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "[{":
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
+
+
+def _headers(value: Any) -> list[tuple[str, str]]:
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise _bad("headers must be an object of header names to values")
+    out = []
+    for k, v in value.items():
+        if not _TOKEN.match(k):
+            raise _bad(f"headers: {k!r} is not a valid header name")
+        text = _scalar(v, f"headers.{k}")
+        if any(c in text for c in "\r\n\0"):
+            raise _bad(f"headers.{k}: a header value cannot contain CR, LF or NUL")
+        out.append((k, text))
+    return out
+
+
+def _input(ctx: CallerContext, call_id: str, *, method: str, rest: str, raw_query: str,
+           headers: list[tuple[str, str]], body: bytes | None, form: str | None,
+           idempotency_key: str | None) -> CallInput:
+    return CallInput(call_id=call_id, surface="mcp", method=method, rest=rest, raw_query=raw_query,
+                     headers=tuple(headers), token=ctx.token, org_hint=ctx.org_hint, body=body,
+                     content_length=None if body is None else len(body), tag=ctx.tag,
+                     idempotency_key=idempotency_key, user_agent=ctx.user_agent, form=form)
+
+
+def own_tool_input(ctx: CallerContext, call_id: str, tool: ToolRef, args: dict[str, Any]) -> CallInput:
+    """``/call/<tool>/<path>?<query>`` as the tool's arguments describe it."""
+    _only(args, ("method", "path", "query", "headers", "body"), tool.name)
+    method = args.get("method", "GET")
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        raise _bad(f"method must be one of {', '.join(METHODS)}")
+    path = args.get("path", "") or ""
+    if not isinstance(path, str):
+        raise _bad("path must be a string, e.g. /items/7")
+    path, _, path_query = path.partition("?")
+    raw_query = "&".join(q for q in (path_query, encode_query(args.get("query"))) if q)
+    headers = _headers(args.get("headers"))
+    body = encode_body(args.get("body"), headers)
+    rest = quote(tool.name, safe="")
+    if path.strip("/") or path == "/":
+        rest += "/" + quote(path.lstrip("/"), safe=_PATH_SAFE)
+    key = next((v for k, v in headers if k.lower() == "idempotency-key"), None)
+    return _input(ctx, call_id, method=method.upper(), rest=rest, raw_query=raw_query, headers=headers, body=body,
+                  form=None, idempotency_key=key)
+
+
+def catalog_input(ctx: CallerContext, call_id: str, registry: CatalogRegistry, args: dict[str, Any]) -> CallInput:
+    """``/catalog/call/<endpoint>?<params>`` with the endpoint's body parameters in a JSON body."""
+    _only(args, ("endpoint", "params", "body", "idempotency_key"), CATALOG_CALL)
+    endpoint_id = args.get("endpoint")
+    if not isinstance(endpoint_id, str) or not endpoint_id.strip():
+        raise _bad("catalog_call needs endpoint, an endpoint id such as open-meteo.forecast (see catalog_search)")
+    endpoint_id = endpoint_id.strip()
+    params = args.get("params") or {}
+    if not isinstance(params, dict):
+        raise _bad("params must be an object of parameter names to values")
+    key = args.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or not key or any(c in key for c in "\r\n\0")):
+        raise _bad("idempotency_key must be a non-empty single-line string")
+    ep: Endpoint | None = registry.get(endpoint_id)
+    body_names = {p.name for p in ep.params_in("body")} if ep is not None else set()
+    query = {k: v for k, v in params.items() if k not in body_names}
+    in_body = {k: v for k, v in params.items() if k in body_names}
+    body_arg = args.get("body")
+    if in_body:
+        if body_arg is not None and not isinstance(body_arg, dict):
+            raise _bad("body parameters in params need body to be an object (or absent)")
+        body_arg = {**(body_arg or {}), **in_body}
+    headers: list[tuple[str, str]] = []
+    body = encode_body(body_arg, headers)
+    if key is not None:
+        headers.append(("Idempotency-Key", key))
+    method = ep.method if ep is not None else ("POST" if body is not None else "GET")
+    return _input(ctx, call_id, method=method, rest=quote(endpoint_id, safe="._~-"),
+                  raw_query=encode_query(query, "params"), headers=headers, body=body, form="catalog",
+                  idempotency_key=key)
