@@ -138,10 +138,9 @@ def error_page(request: web.Request, status: int, code: str, detail: str, sessio
 
 def field_error(exc: TregError, fields: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """The refusal's detail under the form field it is about (by error code), else under ``_form``."""
-    for name, codes in fields.items():
-        if exc.code in codes:
-            return {name: exc.detail}
-    return {"_form": exc.detail}
+    # display only (where the sentence is printed): nothing behaves differently by code
+    under = {code: name for name, codes in fields.items() for code in codes}.get(exc.code, "_form")
+    return {under: exc.detail}
 
 
 def cookie_kwargs(request: web.Request, max_age: int) -> dict[str, Any]:
