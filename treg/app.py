@@ -37,26 +37,57 @@ log = logging.getLogger("treg")
 COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup)
 
 
+#: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
+_SURFACES = (("/call/", "call"), ("/catalog/call/", "catalog"), ("/redirect/", "redirect"), ("/api/", "api"))
+
+
+def _surface(path: str) -> str:
+    for prefix, surface in _SURFACES:
+        if path.startswith(prefix):
+            return surface
+    return "other"
+
+
+def _logged_path(raw_path: str) -> str:
+    # never the query string (callers put keys there), nor a redirect's opaque value: it seals the
+    # target URL and whatever token that URL carried (treg/call/redirects.py)
+    path = raw_path.partition("?")[0]
+    if not path.startswith("/"):  # absolute-form (GET http://user:pw@treg/call/...): its path only
+        path = "/" + path.split("://", 1)[-1].partition("/")[2]
+    return "/redirect/…" if path.startswith("/redirect/") else path
+
+
 class AccessLogger(AbstractAccessLogger):
-    """Method, path (never the query string: callers put keys there), status, size, time."""
+    """Method, path (never the query string: callers put keys there), status, size, time; in ``json``
+    also the call's id, org, member and surface."""
 
     def __init__(self, logger: logging.Logger, log_format: str) -> None:
         super().__init__(logger, log_format)
         # aiohttp makes one per connection: whether the line may skip logging's machinery is decided here
         self._direct = logs.direct_line(logger, logging.INFO)
+        self._json = self._direct is None and logs.is_json()
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         # one line per request, so kept cheap (docs/performance.md): the raw path as the caller sent it
         # (no URL object decoded for it); written straight to the console when that is where it goes,
         # else a record made directly, without logging's caller lookup (a walk up the stack for a file
         # and line nobody reads in an access line)
-        args = (request.method, request.raw_path.partition("?")[0], response.status, response.body_length,
-                time * 1000)
+        args = (request.method, _logged_path(request.raw_path), response.status, response.body_length, time * 1000)
         if self._direct is not None:
             self._direct.write("%s %s %s %s %.1fms", args)  # formatted with its batch, not here
             return
-        self.logger.handle(self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0,
-                                                  "%s %s %s %s %.1fms", args, None))
+        record = self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0, "%s %s %s %s %.1fms", args, None)
+        if self._json:
+            setattr(record, logs.EXTRA_FIELDS, self._fields(request, response, time))
+        self.logger.handle(record)
+
+    @staticmethod
+    def _fields(request: web.BaseRequest, response: web.StreamResponse, time: float) -> dict[str, Any]:
+        path = _logged_path(request.raw_path)
+        org_id, member_id = logs.CALLER.get() or (None, None)
+        return {"call_id": response.headers.get("X-Treg-Call-Id"), "org_id": org_id, "member_id": member_id,
+                "surface": _surface(path), "method": request.method, "path": path, "status": response.status,
+                "bytes": response.body_length, "duration_ms": round(time * 1000, 1)}
 
     @property
     def enabled(self) -> bool:

@@ -7,17 +7,18 @@ registration time and writes the rendered value into the outgoing request at cal
 
 from __future__ import annotations
 
-import functools
 import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from multidict import CIMultiDict
 
+from treg.memo import memoized
+
 PLACEHOLDER = "secret"
 
 
-@functools.lru_cache(maxsize=4096)
+@memoized(4096)
 def _format_literals(fmt: str) -> tuple[str, ...]:
     """The literal text around each field of a binding format (parsed once per format: every call
     renders its bindings, twice counting the redactor's copy)."""

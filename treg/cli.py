@@ -25,6 +25,9 @@ def _print_json(obj: Any) -> None:
 
 def _progress(label: str) -> Callable[[int, int], None]:
     def show(done: int, total: int) -> None:
+        if logs.is_json():  # no carriage-return redraws among JSON lines: one object per step
+            print(logs.json_line(logging.INFO, "treg", f"{label}: {done}/{total}"), file=sys.stderr, flush=True)
+            return
         print(f"\r{label}: {done}/{total}", end="" if done < total else "\n", file=sys.stderr, flush=True)
     return show
 
@@ -68,7 +71,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     app = create_app(settings)
 
     async def run() -> None:
-        runner = make_runner(app)
+        # SIGTERM: the listening socket closes at once (new connections refused), calls in flight get
+        # TREG_SHUTDOWN_GRACE_S to finish; then aiohttp cancels them, and a cancelled call is audited
+        # as cancelled (treg.web.call) before cleanup_ctx flushes the audit writer and closes the pool
+        runner = make_runner(app, shutdown_timeout=settings.shutdown_grace_s)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
@@ -88,8 +94,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        logging.getLogger("treg").info("shutting down")
+        logging.getLogger("treg").info("shutting down: calls in flight get up to %ss to finish",
+                                       settings.shutdown_grace_s)
         await runner.cleanup()  # drains in-flight requests, then cleanup_ctx closes pools and flushes audit
+        logging.getLogger("treg").info("stopped")
 
     asyncio.run(run())
     return 0
@@ -112,6 +120,56 @@ def cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
     current, head = migrate.current_and_head(dsn)
     _print_json({"revision": current, "head": head})
     return 0
+
+
+def _step(text: str) -> None:
+    """A progress line of a long operator command, on stderr (a log line in ``json``)."""
+    if logs.is_json():
+        print(logs.json_line(logging.INFO, "treg", text), file=sys.stderr, flush=True)
+    else:
+        print(f"treg: {text}", file=sys.stderr, flush=True)
+
+
+def cmd_db_backup(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from treg.infra import backup
+    from treg.infra.database_url import resolve_dsn
+
+    _step("opening the database")
+    size = backup.backup(resolve_dsn(settings), Path(args.file), _step)
+    _print_json({"file": str(Path(args.file).expanduser()), "bytes": size})
+    return 0
+
+
+def cmd_db_restore(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from treg.infra import backup
+    from treg.infra.database_url import resolve_dsn
+
+    _step("opening the database")
+    dsn = resolve_dsn(settings)  # the embedded one is created empty on a fresh TREG_HOME
+    backup.restore(dsn, Path(args.file), _step)
+    from treg.infra import migrate
+
+    current, head = migrate.current_and_head(dsn)
+    if current != head:
+        _step(f"the backup is at revision {current}, this treg expects {head}: run `treg db upgrade`")
+    _print_json({"restored": str(Path(args.file).expanduser()), "revision": current, "head": head})
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import doctor
+
+    checks = doctor.run(settings)
+    if args.json:
+        _print_json([c.to_json() for c in checks])
+    else:
+        for c in checks:
+            print(c.line(), flush=True)
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def cmd_plugins(args: argparse.Namespace, settings: Settings) -> int:
@@ -188,8 +246,9 @@ def cmd_rotate_key(args: argparse.Namespace, settings: Settings) -> int:
             fh.write(new_text + "\n")
         os.replace(tmp, path)  # running tregs reload the files and follow (treg.infra.crypto.SecretBox)
     else:
-        print(f"new TREG_SECRET_KEY (set it on every treg process; keep the old one until this finishes): "
-              f"{new_text}", file=sys.stderr, flush=True)
+        note = "new TREG_SECRET_KEY (set it on every treg process; keep the old one until this finishes)"
+        print(logs.json_line(logging.WARNING, "treg", note, new_key=new_text) if logs.is_json() else f"{note}: {new_text}",
+              file=sys.stderr, flush=True)
     moved = asyncio.run(_with_services(settings, lambda svc: secrets_store.rotate_key(
         svc, new_box, progress=_progress("re-encrypting secrets"))))
     out: dict[str, Any] = {"reencrypted": moved, "key_id": new_box.key_id, "previous_key_id": old.key_id}
@@ -247,6 +306,16 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
     p = db.add_parser("upgrade", help="apply alembic migrations")
     p.set_defaults(fn=cmd_db_upgrade)
+    p = db.add_parser("backup", help="a consistent dump of the database (pg_dump's custom format) into FILE")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(fn=cmd_db_backup)
+    p = db.add_parser("restore", help="restore a `treg db backup` FILE into the configured, empty database")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(fn=cmd_db_restore)
+
+    p = sub.add_parser("doctor", help="check the installation: one `ok`/`FAIL` line per check; exit 1 on any FAIL")
+    p.add_argument("--json", action="store_true", help="print [{check, ok, detail}]")
+    p.set_defaults(fn=cmd_doctor)
 
     p = sub.add_parser("plugins", help="list loaded plugins and the hooks each implements")
     p.add_argument("--json", action="store_true")
@@ -283,10 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         settings = load()
-        logs.configure(settings.log_level)
+        logs.configure(settings.log_level, settings.log_format)
         return args.fn(args, settings)
     except TregError as exc:
-        print(json.dumps({"error": exc.code, "detail": exc.detail, "blame": exc.blame}), file=sys.stderr)
+        body = {"error": exc.code, "detail": exc.detail, "blame": exc.blame}
+        if logs.is_json():  # every stderr line a log object: the error body's keys beside the log's own
+            print(logs.json_line(logging.ERROR, "treg", exc.detail, **body), file=sys.stderr)
+        else:
+            print(json.dumps(body), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

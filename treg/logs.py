@@ -12,6 +12,11 @@ that shows neither. Here:
   buffer written when it fills, at most ``FLUSH_INTERVAL_S`` after a line came in, and at shutdown;
   a WARNING or worse writes everything at once. A process killed outright loses at most that
   interval of INFO lines; the durable record of every call is the audit table, not this log.
+
+``TREG_LOG_FORMAT=json`` (:class:`JsonFormatter`) makes every stderr line one JSON object (``ts``,
+``level``, ``logger``, ``msg``; an access line adds its call's fields), for log shippers that would
+otherwise split a traceback into lines. Neither format ever carries a token, secret, body or query
+string: the access line is built from the method, the path without its query and the call's ids.
 """
 
 from __future__ import annotations
@@ -21,9 +26,20 @@ import io
 import logging
 import sys
 import time
-from typing import IO
+from contextvars import ContextVar
+from typing import IO, Any
+
+import orjson
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: the values of ``TREG_LOG_FORMAT``
+FORMATS = ("text", "json")
+#: the attribute of a LogRecord carrying fields of its own (a dict; an access line's call fields) for ``json``
+EXTRA_FIELDS = "treg_fields"
+#: (org_id, member_id) of the token the current request was admitted with, for its access line. Set
+#: where treg.tenancy admits a token; read by the access logger, which aiohttp runs in the request's
+#: own task (a fresh copy of the context per request, so no value leaks into the next request).
+CALLER: ContextVar[tuple[str, str | None] | None] = ContextVar("treg_caller", default=None)
 #: how long an INFO line may wait in the buffer under ``treg serve``
 FLUSH_INTERVAL_S = 0.5
 _BUFFER = 64 * 1024
@@ -46,6 +62,36 @@ class Formatter(logging.Formatter):
             self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(created))
             self._second = second
         return "%s,%03d" % (self._text, msecs)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts`` (UTC, RFC 3339 with milliseconds), ``level``, ``logger``,
+    ``msg``, an access line's fields, and ``exc`` (the traceback text) when there is one."""
+
+    _second: int | None = None
+    _text = ""
+
+    def ts(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+            self._second = second
+        return "%s.%03dZ" % (self._text, int((created - second) * 1000))
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": self.ts(record.created), "level": record.levelname, "logger": record.name,
+                               "msg": record.getMessage()}
+        fields = getattr(record, EXTRA_FIELDS, None)
+        if fields:
+            out.update(fields)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exc"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        # default=str: an odd value in a third-party record must not lose the line
+        return orjson.dumps(out, default=str).decode()
 
 
 class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -137,9 +183,13 @@ def _buffered_stderr() -> IO[str]:
                 errors="backslashreplace", closefd=False)
 
 
-def configure(level: str) -> ConsoleHandler | None:
-    """Log to stderr at ``level`` unless logging was configured already (as ``basicConfig`` would);
-    returns the handler installed, if any."""
+def configure(level: str, fmt: str = "text") -> ConsoleHandler | None:
+    """Log to stderr at ``level`` in ``fmt`` (``text`` or ``json``) unless logging was configured
+    already (as ``basicConfig`` would); returns the handler installed, if any."""
+    from treg.errors import ConfigError
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"setting TREG_LOG_FORMAT: expected text or json, got {fmt!r}", code="bad_setting")
     root = logging.getLogger()
     for noisy in ("pgserver", "alembic"):  # their INFO chatter buries treg's own lines
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -151,9 +201,31 @@ def configure(level: str) -> ConsoleHandler | None:
     logging.logProcesses = False
     logging.logMultiprocessing = False
     handler = ConsoleHandler()
-    handler.setFormatter(Formatter(FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else Formatter(FORMAT))
     root.addHandler(handler)
+    if fmt == "json":
+        # what would otherwise reach stderr as bare text: warnings.warn and an uncaught traceback
+        logging.captureWarnings(True)
+        sys.excepthook = _log_uncaught
     return handler
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    logging.getLogger("treg").critical("uncaught %s", kind.__name__, exc_info=(kind, exc, tb))
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+
+
+def is_json() -> bool:
+    """True when the console log writes JSON lines (``TREG_LOG_FORMAT=json``)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def json_line(level: int, logger: str, msg: str, **fields: Any) -> str:
+    """A line of the ``json`` format written outside logging (the CLI's final error line)."""
+    rec = logging.makeLogRecord({"name": logger, "levelno": level, "levelname": logging.getLevelName(level),
+                                 "msg": msg, EXTRA_FIELDS: fields})
+    return JsonFormatter().format(rec)
 
 
 def defer_console() -> None:

@@ -71,6 +71,14 @@ class Settings:
     host: str = _setting("TREG_HOST", "127.0.0.1", "address `treg serve` listens on")
     port: int = _setting("TREG_PORT", 8080, "port `treg serve` listens on", "int")
     log_level: str = _setting("TREG_LOG_LEVEL", "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)")
+    log_format: str = _setting(
+        "TREG_LOG_FORMAT", "text",
+        "`text` or `json` (every stderr line one JSON object: `ts`, `level`, `logger`, `msg`; access lines add "
+        "the call's fields)")
+    shutdown_grace_s: float = _setting(
+        "TREG_SHUTDOWN_GRACE_S", 30.0,
+        "on SIGTERM, seconds calls in flight (streams included) may take to finish before they are cut "
+        "(and audited as cancelled)", "float")
     db_pool_min: int = _setting("TREG_DB_POOL_MIN", 1, "database pool: connections kept open", "int")
     db_pool_max: int = _setting("TREG_DB_POOL_MAX", 10, "database pool: most connections at once", "int")
     db_timeout_s: float = _setting("TREG_DB_TIMEOUT_S", 10.0, "seconds to wait for a pooled connection", "float")

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from sqlalchemy import and_, func, insert, select, update
 
+from treg import logs
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, Forbidden, IntegrityError, NotFound, Unauthorized, Unprocessable
 from treg.ids import new_id
@@ -143,9 +144,9 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
     token = token.strip()
     cache = svc.extras.get("identity_cache")
-    # keyed by the token itself, not its digest: SHA-256 through OpenSSL cost ~13 µs per call with the CPU's
-    # caches cold, as they are between two calls in a busy server (docs/performance.md). The tokens of the
-    # identities cached stay in this process's memory as long as the entries do (TREG_CACHE_TTL_S, dropped
+    # keyed by the token itself, not its digest: SHA-256 through OpenSSL is costly with the CPU's caches
+    # cold, as they are between two calls in a busy server (a speed trick: docs/performance.md). The tokens
+    # of the identities cached stay in this process's memory as long as the entries do (TREG_CACHE_TTL_S, dropped
     # on any change of the org): the same trade-off as the secrets memo, docs/architecture.md
     ident = cache.get(token) if cache is not None else None
     if ident is None:
@@ -177,6 +178,7 @@ async def authenticate(svc: Services, token: str | None, org_hint: str | None) -
 
 def _admitted(svc: Services, ident: Identity, org_hint: str | None) -> Identity:
     """``ident`` unless ``org_hint`` names another org (403); its last use is noted for the batch."""
+    logs.CALLER.set((ident.org_id, ident.member_id))  # the access line's org and member
     if org_hint and org_hint.strip() not in (ident.org_id, ident.org_slug):
         raise Forbidden("this token belongs to another org than X-Treg-Org names", code="wrong_org")
     touch = svc.extras.get("token_touch")

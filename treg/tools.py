@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import and_, delete, func, insert, select, update
 
 from treg.bindings import Binding, format_fields
+from treg.call.evidence import MASK
+from treg.call.target import mask_userinfo
 from treg.context import Services
 from treg.domain.access import identity_may_use
 from treg.errors import BadRequest, Conflict, IntegrityError, NotFound, Unprocessable
@@ -218,6 +220,9 @@ def _check_name(name: Any) -> str:
 def tool_json(row: dict[str, Any]) -> dict[str, Any]:
     out = {k: row[k] for k in ("id", "name", "base_url", "host", "bindings", "project_id", "allowed_member_ids",
                                "created_at")}
+    # user:password@ in a base URL is a credential: like a secret's value it is written, never read back
+    # (every member who may use the tool lists it); the relay still sends it
+    out["base_url"] = mask_userinfo(row["base_url"], MASK)
     out["updated_at"] = row.get("updated_at")
     return out
 

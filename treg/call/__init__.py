@@ -1,0 +1,17 @@
+"""The call pipeline: one call through its stages, each in its own module, in this order.
+``service.execute`` runs them (it reads as this list); stages hand each other frozen values
+(``types.py``) and fill in the call's one mutable :class:`~treg.call.state.CallState` (``state.py``).
+
+1. ``intake.py`` — the control headers, the caller identified (identity before work), then the body
+   the edge left pending (the aiohttp half is ``treg/web/call.py``).
+2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``,
+   ``org_tools.py``), a catalog endpoint (``catalog_stage.py``) or a sealed redirect (``redirects.py``).
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes.
+4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
+5. ``relay.py`` — the exact upstream request with its credentials injected (``injection.py``),
+   its destination vetted, sent.
+6. ``settle.py`` — the answer made streamable: a metered one read whole and its hold settled, any
+   other relayed as it arrives (``metered.py``, ``encodings.py``).
+7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
+   ``audit.py``), and the one exit that unwinds and records every failure.
+"""

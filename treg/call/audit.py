@@ -144,9 +144,9 @@ def insert_sql(batch: list[CallRecord]) -> tuple[str, dict[str, Any]]:
     bytes (docs/performance.md). Text PostgreSQL cannot store (a NUL in an upstream's error body, a
     lone surrogate from a request line that was not UTF-8) becomes U+FFFD instead of failing the batch."""
     try:
-        # orjson: a seventh of the stdlib encoder's time per row (~0.5 against ~3.6 µs on the benchmark
-        # machine), on the hot process; it refuses what is not valid UTF-8 (a lone surrogate) and any
-        # non-str key, which the stdlib encoder below takes (and the surrogate is then made storable)
+        # orjson: a seventh of the stdlib encoder's time per row (docs/performance.md); it refuses what
+        # is not valid UTF-8 (a lone surrogate) and any non-str key, which the stdlib encoder below
+        # takes (and the surrogate is then made storable)
         rows = orjson.dumps([tuple(r) for r in batch]).decode()
     except TypeError:
         rows = json.dumps(batch, separators=(",", ":"))

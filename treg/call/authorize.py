@@ -11,7 +11,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from treg import deny_rules
-from treg.call.resolve import usable
+from treg.call.org_tools import usable
 from treg.call.types import ResolvedTarget
 from treg.context import Services
 from treg.domain.deny import DenyRule, first_match

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from treg import idempotency
+from treg.call.injection import provider_plan
+from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
-from treg.call.resolve import org_tools, split_query, usable
-from treg.call.types import CallInput, ResolvedTarget
+from treg.call.types import CallInput, ResolvedTarget, split_query
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
 from treg.catalog.ladder import load_org_credentials, plan_call
@@ -49,6 +50,12 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
     tool = None
     if cat.tool_id is not None:
         tool = next((t for t in await org_tools(svc, ident.org_id) if t.id == cat.tool_id), None)
+    if tool is not None and tool.bindings == cat.bindings:
+        plan = tool.plan  # own tier: compiled with the org's tools
+    elif cat.tier in ("team", "platform"):
+        plan = provider_plan(svc, cat.provider)  # the provider's auth, filled per tier
+    else:
+        plan = None  # anonymous (nothing to inject), or an own tool the cache has not seen yet
     base, _, fixed_query = cat.upstream_url.partition("?")
     extra = list(cat.required_headers)
     if cat.scope_idempotency_key and inp.idempotency_key:
@@ -57,7 +64,7 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
     return inp, ResolvedTarget(
         upstream_url=base, query=tuple(split_query(fixed_query)) + tuple(cat.query), tool=tool,
         bindings=cat.bindings, provider=cat.provider.id, credential_tier=cat.tier, endpoint_id=endpoint.id,
-        extra_headers=tuple(extra), billed=cat.billed, catalog=cat)
+        extra_headers=tuple(extra), billed=cat.billed, catalog=cat, plan=plan)
 
 
 async def resolve_catalog_surface(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:

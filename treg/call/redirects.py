@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from treg.call.resolve import parse_rest
+from treg.call.target import parse_rest
 from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.context import Services
 from treg.errors import NotFound

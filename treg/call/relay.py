@@ -1,4 +1,5 @@
-"""Relay stage: turn a resolved target into the exact upstream request, injecting credentials.
+"""Relay stage: turn a resolved target into the exact upstream request, injecting credentials
+(:func:`prepare`), then vet where it goes and send it (:func:`send`).
 
 relay alters only three things (the seed's faithful-relay contract): hop-by-hop headers (re-derived
 per hop; the caller's Content-Length is carried), treg's control headers and cookies (dropped), and
@@ -10,8 +11,9 @@ A JSON binding is the one exception that buffers and reserializes the body.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import field
-from typing import Any, AsyncIterable, NamedTuple
+from typing import TYPE_CHECKING, Any, AsyncIterable
 
 from multidict import CIMultiDict
 from sqlalchemy import and_, select
@@ -19,13 +21,20 @@ from sqlalchemy import and_, select
 from treg.bindings import Binding, OutgoingRequest
 from treg.call import headers as hdr
 from treg.call.evidence import Redactor
+from treg.call.injection import compile_plan
+from treg.call.target import ensure_dials
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
 from treg.frozen import frozen_value
+from treg.infra import upstream
 from treg.infra.crypto import DecryptError
 from treg.infra.schema import secrets
-from treg.infra.upstream import UpstreamRequest
+from treg.infra.upstream import UpstreamRequest, UpstreamResponse
+from treg.memo import BoundedMemo
+
+if TYPE_CHECKING:
+    from treg.call.state import CallState
 
 
 class OrgSecrets:
@@ -36,19 +45,18 @@ class OrgSecrets:
     (LISTEN/NOTIFY) or the cache's TTL drops the whole object, so no plaintext outlives its row in the
     cache; with the caches off (listener down) every call loads a fresh object and nothing is kept.
     Why keep plaintext at all: decrypting on every call and rebuilding a redactor's encoded variants
-    cost ~30 µs of a ~600 µs call (docs/performance.md); the values sit in this process's memory during
+    cost a tenth of a call's CPU (a speed trick: docs/performance.md); the values sit in this process's memory during
     each call anyway, and this extends that to the cache's lifetime (``TREG_CACHE_TTL_S``). Never
     logged: the object has no repr of its contents."""
 
-    __slots__ = ("rows", "_values", "_redactors", "_plans")
-    _REDACTORS_MAX = 64
-    _PLANS_MAX = 256
+    __slots__ = ("rows", "_values", "_redactors")
 
     def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
         self.rows = rows
+        #: (secret id, field) → plaintext: at most one per row (field) of the org
         self._values: dict[tuple[str, str | None], str] = {}
-        self._redactors: dict[tuple[str, ...], Redactor] = {}
-        self._plans: dict[tuple[int, bool], _Plan] = {}
+        #: the values injected together → their redactor; bounded: tools x platform keys of one org
+        self._redactors: BoundedMemo[tuple[str, ...], Redactor] = BoundedMemo(64)
 
     def __repr__(self) -> str:
         return f"<OrgSecrets {len(self.rows)} rows>"
@@ -61,26 +69,9 @@ class OrgSecrets:
             self._values[key] = value
         return value
 
-    def plan(self, svc: Services, bindings: tuple[Binding, ...], own_tool: bool) -> "_Plan":
-        """What the bindings inject with these secrets: decided once per tool (see :func:`_plan`)."""
-        # keyed by the tuple's identity (hashing Bindings runs a generated __hash__ per field): the plan
-        # holds the tuple, so while the entry lives no other object can take its id
-        key = (id(bindings), own_tool)
-        found = self._plans.get(key)
-        if found is None or found.bindings is not bindings:
-            found = _plan(svc, bindings, self, own_tool=own_tool)  # a failure is not kept
-            if len(self._plans) >= self._PLANS_MAX:
-                self._plans.clear()
-            self._plans[key] = found
-        return found
-
     def redactor(self, values: tuple[str, ...]) -> Redactor:
         found = self._redactors.get(values)
-        if found is None:
-            if len(self._redactors) >= self._REDACTORS_MAX:
-                self._redactors.clear()  # bounded: tools x platform keys of one org
-            found = self._redactors[values] = Redactor.for_values(values)
-        return found
+        return found if found is not None else self._redactors.put(values, Redactor.for_values(values))
 
 
 @frozen_value
@@ -186,34 +177,6 @@ async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> 
     return b"".join(parts)
 
 
-class _Plan(NamedTuple):
-    """A tool's bindings resolved against the org's secrets: each injector with its value, whether one
-    needs the JSON body, and every value to mask in evidence (raw and rendered)."""
-
-    bindings: tuple[Binding, ...]
-    steps: tuple[tuple[Any, Binding, str], ...]
-    needs_json: bool
-    secret_values: tuple[str, ...]
-
-
-def _plan(svc: Services, bindings: tuple[Binding, ...], stored: OrgSecrets | None, *, own_tool: bool) -> _Plan:
-    steps = []
-    values: list[str] = []
-    needs_json = False
-    for binding in bindings:
-        injector = svc.injectors.get(binding.location)
-        if injector is None:  # a plugin was removed since registration: fail closed
-            raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
-                                code="injector_missing", blame="treg")
-        needs_json = needs_json or injector.needs_json_body
-        value = _secret_value(svc, binding, stored, own_tool=own_tool)
-        steps.append((injector, binding, value))
-        if value:
-            values.append(value)
-            values.append(binding.render(value))
-    return _Plan(bindings, tuple(steps), needs_json, tuple(values))
-
-
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
     headers = CIMultiDict(hdr.request_headers(inp.headers))
     if "accept-encoding" not in headers:
@@ -230,10 +193,19 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         if binding.secret_id:
             stored = await org_secret_rows(svc, org_id)
             break
-    # the secrets' plan is kept beside them (OrgSecrets: dropped with them on any change); without stored
-    # secrets (platform settings, literals) it is cheap to decide per call
-    plan = stored.plan(svc, bindings, own_tool) if stored is not None else _plan(svc, bindings, None,
-                                                                                   own_tool=own_tool)
+    # compiled when the tool (or the catalog provider) loaded; a target built without one compiles here
+    plan = target.plan or compile_plan(svc.injectors, bindings)
+    steps = []
+    values: list[str] = []
+    for injector, binding in zip(plan.injectors, bindings, strict=True):
+        if injector is None:  # a plugin was removed since registration: fail closed
+            raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
+                                code="injector_missing", blame="treg")
+        value = _secret_value(svc, binding, stored, own_tool=own_tool)
+        steps.append((injector, binding, value))
+        if value:  # every value to mask in evidence, raw and rendered
+            values.append(value)
+            values.append(binding.render(value))
     if plan.needs_json:
         raw = await buffer_body(body, svc.settings.json_body_max_bytes)
         if raw.strip():
@@ -253,7 +225,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
             out.json_body = parsed
         else:
             out.json_body = {}
-    for injector, binding, value in plan.steps:
+    for injector, binding, value in steps:
         try:
             injector.inject(out, binding, value)
         except ValueError as exc:
@@ -275,9 +247,30 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     url = target.upstream_url
     if out.query:
         url += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in out.query)
-    if stored is None and plan.secret_values:
+    if stored is None and values:
         # platform settings' values live as long as the process: their redactors (whose encoded forms
         # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
         stored = svc.extras.get("platform_redactors") or svc.extras.setdefault("platform_redactors", OrgSecrets({}))
     return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
-                           plan.secret_values, body_kept, stored)
+                           tuple(values), body_kept, stored)
+
+
+async def send(svc: Services, state: "CallState") -> UpstreamResponse:
+    """The prepared request sent, once the URL it dials is vetted: a passthrough's credential goes only
+    where its tool was chosen by, and the host's current resolution is checked before every send,
+    kept-alive connection or not (DNS rebinding)."""
+    prepared, target = state.prepared, state.target
+    assert prepared is not None and target is not None
+    state.secret_values = prepared.secret_values
+    req = prepared.request
+    url = upstream.parse_url(req.url)
+    if target.dial is not None:
+        ensure_dials(url, target.dial)
+    if svc.resolver is not None:
+        await svc.resolver.vet(url.raw_host or "")
+    if svc.client is None:
+        raise GatewayFailed("treg is shutting down", code="shutting_down", blame="treg")
+    sent_at = time.monotonic()
+    resp = await upstream.send(svc.client, req, url=url)
+    state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
+    return resp

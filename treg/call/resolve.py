@@ -17,82 +17,24 @@ before the 404.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Awaitable, Callable, Iterable
-from urllib.parse import unquote
+from typing import Any, Awaitable, Callable
 
-from sqlalchemy import and_, select
-from yarl import URL
-
-from treg.bindings import Binding
-from treg.call.target import DialKey, dial_key, parse_passthrough
+from treg.call import catalog_stage, redirects
+from treg.call.org_tools import OrgTools, by_dial, cached_org_tools, org_tools, usable
+from treg.call.target import dial_key, parse_passthrough, parse_rest
 from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.catalog.search import with_pointer
 from treg.context import Services
-from treg.domain.access import tool_usable
 from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
-from treg.infra.schema import secrets, tools
 from treg.tenancy import Identity
 
-_PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
+__all__ = ["OrgTools", "cached_org_tools", "org_tools", "parse_rest", "resolve", "resolve_target", "usable"]
 
 #: the catalog half on a named miss: ``async (svc, ident, inp, name, path) -> (inp, target) | None``
 CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
                            Awaitable["tuple[CallInput, ResolvedTarget] | None"]]
 #: the final dotted lookup once every shape missed: ``(svc, name) -> TregError | None``
 FinalMiss = Callable[[Services, str], "TregError | None"]
-
-
-class OrgTools(tuple):  # type: ignore[type-arg]
-    """An org's tools (a tuple of :class:`ToolRef`), with an index by name built once per load: a named
-    call then costs one dict lookup however many tools the org has."""
-
-    by_name: dict[str, ToolRef]
-    #: passthrough candidates by the (scheme, host, port) their base URL dials
-    by_dial: dict[DialKey, list[tuple[ToolRef, str]]]
-
-    def __new__(cls, items: Iterable[ToolRef]) -> "OrgTools":
-        self = super().__new__(cls, items)
-        self.by_name = {}
-        for tool in self:
-            self.by_name.setdefault(tool.name, tool)  # the first of a name, as a scan would find
-        self.by_dial = _by_dial(self)
-        return self
-
-
-def cached_org_tools(svc: Services, org_id: str) -> OrgTools | None:
-    """The org's tools when the cache has them (no coroutine on the hot path), else None."""
-    cache = svc.extras.get("tools_cache")
-    return cache.get(("tools", org_id)) if cache is not None else None
-
-
-async def org_tools(svc: Services, org_id: str) -> OrgTools:
-    """Every tool of an org (cached; invalidated by LISTEN/NOTIFY on any tool or secret change)."""
-    cache = svc.extras.get("tools_cache")
-
-    async def load() -> OrgTools:
-        async with svc.db.tx() as tx:
-            rows = await tx.fetch_all(select(tools).where(tools.c.org_id == org_id))
-            provider_secrets = {r["id"] for r in await tx.fetch_all(
-                select(secrets.c.id).where(and_(secrets.c.org_id == org_id, secrets.c.provider.isnot(None))))}
-        out = []
-        for r in rows:
-            bindings = tuple(Binding.from_json(b) for b in r["bindings"])
-            out.append(ToolRef(id=r["id"], org_id=org_id, name=r["name"], base_url=r["base_url"], host=r["host"],
-                               bindings=bindings, project_id=r["project_id"],
-                               allowed_member_ids=tuple(r["allowed_member_ids"])
-                               if r["allowed_member_ids"] is not None else None,
-                               provider_backed=any(b.secret_id in provider_secrets for b in bindings)))
-        return OrgTools(out)
-
-    if cache is None:
-        return await load()
-    return cache.get(("tools", org_id)) or await cache.get_or_load(("tools", org_id), org_id, load)
-
-
-def usable(ident: Identity, tool: ToolRef) -> bool:
-    return tool_usable(role=ident.role, member_id=ident.member_id, member_projects=ident.project_ids,
-                       tool_project_id=tool.project_id, allowed_member_ids=tool.allowed_member_ids)
 
 
 def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTarget:
@@ -102,7 +44,7 @@ def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTar
         upstream = tool.base_slash + path
     query = tool.base_query + tuple(split_query(raw_query)) if raw_query else tool.base_query
     return ResolvedTarget(upstream_url=upstream, query=query, tool=tool, bindings=tool.bindings, provider=tool.host,
-                          credential_tier="tool")
+                          credential_tier="tool", plan=tool.plan)
 
 
 def prefix_matches(norm: str, base: str) -> bool:
@@ -110,26 +52,11 @@ def prefix_matches(norm: str, base: str) -> bool:
     return norm == base or norm.startswith(base + "/")
 
 
-def _by_dial(tools_: Iterable[ToolRef]) -> dict[DialKey, list[tuple[ToolRef, str]]]:
-    """The tools by the (scheme, host, port) their base URL dials, each with its path (no trailing
-    ``/``): parsed by the same rules as a passthrough target, so both sides of the match are one parse.
-    A base URL yarl cannot parse cannot be dialled either: it serves no passthrough."""
-    out: dict[DialKey, list[tuple[ToolRef, str]]] = {}
-    for tool in tools_:
-        try:
-            url = URL(tool.base, encoded=True)
-            key = dial_key(url)
-        except (ValueError, TypeError):
-            continue
-        out.setdefault(key, []).append((tool, url.raw_path.rstrip("/")))
-    return out
-
-
 def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: str, remainder: str,
                        raw_query: str) -> ResolvedTarget:
     url = parse_passthrough(scheme, remainder)  # refuses an ambiguous target before any tool is looked at
     key = dial_key(url)
-    index = all_tools.by_dial if isinstance(all_tools, OrgTools) else _by_dial(all_tools)
+    index = all_tools.by_dial if isinstance(all_tools, OrgTools) else by_dial(all_tools)
     path = url.raw_path.rstrip("/")
     matching = [(t, base) for t, base in index.get(key, ()) if prefix_matches(path, base)]
     allowed = [(t, base) for t, base in matching if usable(ident, t)]
@@ -156,17 +83,8 @@ def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: 
     tool = best[0]
     # the text as the caller wrote it (validated: re-parsing it yields ``key`` again; the relay checks)
     return ResolvedTarget(upstream_url=f"{scheme}://{remainder}", query=tuple(split_query(raw_query)), tool=tool,
-                          bindings=tool.bindings, provider=tool.host, credential_tier="tool", dial=key)
-
-
-def parse_rest(rest: str) -> tuple[str, Any, Any]:
-    """("url", scheme, remainder) or ("named", name, path|None)."""
-    if rest[:4].lower() == "http":  # the regex only where a URL could start (a named call skips it)
-        m = _PASSTHROUGH.match(rest)
-        if m:
-            return "url", m.group(1).lower(), m.group(2)
-    name, sep, path = rest.partition("/")
-    return "named", unquote(name), (path if sep else None)
+                          bindings=tool.bindings, provider=tool.host, credential_tier="tool", dial=key,
+                          plan=tool.plan)
 
 
 async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallback: CatalogFallback | None = None,
@@ -211,3 +129,13 @@ def _near_tool_hint(ident: Identity, all_tools: tuple[ToolRef, ...], name: str) 
                 return {"hint": f"{first} is a tool of this org: call /call/{first}/<path>",
                         "did_you_mean": [f"/call/{first}/<path>"]}
     return {}
+
+
+async def resolve_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
+    """The resolve stage: the target by the surface the call came in on (the input comes back too: the
+    catalog may have buffered its body)."""
+    if inp.catalog_form:
+        return await catalog_stage.resolve_catalog_surface(svc, ident, inp)
+    if inp.surface == "redirect":
+        return redirects.redirect_target(svc, ident, inp)
+    return await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)

@@ -14,11 +14,14 @@ whitespace, control or non-ASCII characters.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 from yarl import URL
 
 from treg.errors import BadRequest
+
+_PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
 
 
 class DialKey(NamedTuple):
@@ -96,3 +99,13 @@ def mask_userinfo(text: str, mask: str) -> str:
     if "@" not in text:
         return text
     return _USERINFO.sub(lambda m: f"{m.group(1)}{mask}@", text, count=1)
+
+
+def parse_rest(rest: str) -> tuple[str, Any, Any]:
+    """("url", scheme, remainder) or ("named", name, path|None)."""
+    if rest[:4].lower() == "http":  # the regex only where a URL could start (a named call skips it)
+        m = _PASSTHROUGH.match(rest)
+        if m:
+            return "url", m.group(1).lower(), m.group(2)
+    name, sep, path = rest.partition("/")
+    return "named", unquote(name), (path if sep else None)

@@ -1,5 +1,5 @@
 """Frozen values passed between the call pipeline's stages (intake → resolve → authorize → reserve →
-relay → settle → evidence). None of them knows about aiohttp."""
+relay → settle → record). None of them knows about aiohttp."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ class ToolRef:
     allowed_member_ids: tuple[str, ...] | None
     #: True when a binding's secret carries a provider (registry-backed; wins a passthrough tie)
     provider_backed: bool = False
+    #: the bindings' injection plan (treg/call/injection.py), compiled when the tools cache loads the tool
+    plan: Any = field(default=None, repr=False, compare=False)
     #: the base URL without its query and trailing slashes, and its query pairs (split once, at load)
     base: str = field(init=False, repr=False, compare=False)
     base_query: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
@@ -114,6 +116,8 @@ class ResolvedTarget:
     catalog: Any = None  # the catalog's own frozen target, when the catalog resolved the call
     #: a passthrough's (scheme, host, port) the tool was chosen by: the URL sent must dial exactly that
     dial: tuple[str, str, int | None] | None = None
+    #: the bindings' compiled injection plan (treg/call/injection.py); None: the relay compiles one
+    plan: Any = field(default=None, repr=False, compare=False)
 
     @property
     def project_id(self) -> str | None:
@@ -130,9 +134,9 @@ class CallRecord(NamedTuple):
     """One audit row: an attempt, successful or not.
 
     Immutable like the other stage values, but a NamedTuple rather than a frozen dataclass: one is
-    built for every call, and a 26-field frozen dataclass cost ~6.6 µs to construct (a
-    ``object.__setattr__`` per field) against ~2 µs for a NamedTuple; the audit writer also sends
-    it as a JSON array as it is (docs/performance.md)."""
+    built for every call, and a frozen dataclass of this many fields costs several times as much to
+    construct (an ``object.__setattr__`` per field); the audit writer also sends it as a JSON array as
+    it is (a speed trick: docs/performance.md)."""
 
     id: str
     org_id: str

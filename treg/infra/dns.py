@@ -42,6 +42,7 @@ import dns.resolver
 from treg.errors import ConfigError, GatewayFailed, SsrfRefused, TregError
 from treg.infra.ssrf import (IPAddress, SsrfPolicy, loopback_name, normalize_host, parse_numeric_host,
                              site_local_name)
+from treg.memo import BoundedMemo
 from treg.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,8 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         self._clock = clock
         self._cache: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
         self._cache_size = cache_size
-        self._verdicts: dict[IPAddress, bool] = {}
-        self._names: dict[str, tuple[str, tuple[IPAddress, ...] | None]] = {}
+        self._verdicts: BoundedMemo[IPAddress, bool] = BoundedMemo(cache_size)
+        self._names: BoundedMemo[str, tuple[str, tuple[IPAddress, ...] | None]] = BoundedMemo(cache_size)
         self._inflight: dict[tuple[str, int], asyncio.Future[tuple[IPAddress, ...]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dns: dns.asyncresolver.Resolver | None
@@ -184,21 +185,13 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
     def _normalize(self, host: str) -> tuple[str, tuple[IPAddress, ...] | None]:
         # parsing numeric spellings costs more than the cached lookup itself: remember (bounded)
         known = self._names.get(host)
-        if known is None:
-            if len(self._names) >= self._cache_size:
-                self._names.clear()
-            known = self._names[host] = _normalize(host)
-        return known
+        return known if known is not None else self._names.put(host, _normalize(host))
 
     def _allowed(self, addr: IPAddress) -> bool:
         # the policy's verdict for an address never changes while the process runs; ipaddress's
-        # is_private/is_global walk tables (~25 µs for IPv6), so remember verdicts (bounded)
+        # is_private/is_global walk tables (docs/performance.md), so remember verdicts (bounded)
         verdict = self._verdicts.get(addr)
-        if verdict is None:
-            if len(self._verdicts) >= self._cache_size:
-                self._verdicts.clear()
-            verdict = self._verdicts[addr] = self._policy.allowed(addr)
-        return verdict
+        return verdict if verdict is not None else self._verdicts.put(addr, self._policy.allowed(addr))
 
     async def addresses(self, host: str) -> list[IPAddress]:
         """Every address ``host`` resolves to now, internal ones included (no policy applied).

@@ -2,12 +2,17 @@
 
 The ``pgserver`` wheel ships PostgreSQL binaries; it initialises the data folder on first use, reuses
 it afterwards, talks over a unix socket inside the folder (no port to collide with) and stops the
-server when the last process using it exits. Without the wheel, ``initdb``/``pg_ctl`` found on the
+server when the last process using it exits: several treg processes may share one ``TREG_HOME``.
+pgserver counts its users in ``.handle_pids.json`` in the folder; a user killed outright (SIGKILL,
+OOM) never removes itself, so treg drops dead pids from that list when it joins and when it leaves,
+or the server would outlive its last real user. Without the wheel, ``initdb``/``pg_ctl`` found on the
 system do the same job. Neither available: a clear error says what to install.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import logging
 import os
 import shutil
@@ -40,6 +45,7 @@ class EmbeddedPostgres:
 
     def ensure_database(self, name: str = DATABASE) -> str:
         import psycopg2
+        import psycopg2.errors
 
         conn = psycopg2.connect(self.base_dsn)
         try:
@@ -47,7 +53,10 @@ class EmbeddedPostgres:
             with conn.cursor() as cur:
                 cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
                 if cur.fetchone() is None:
-                    cur.execute(f'CREATE DATABASE "{name}"')
+                    try:
+                        cur.execute(f'CREATE DATABASE "{name}"')
+                    except (psycopg2.errors.DuplicateDatabase, psycopg2.errors.UniqueViolation):
+                        pass  # another treg process sharing this home created it first
         finally:
             conn.close()
         return self.dsn(name)
@@ -64,6 +73,36 @@ def _uri_to_dsn(uri: str) -> str:
     return f"host={host}{port} user={user} dbname=postgres"
 
 
+#: pgserver's list of the processes using a data folder
+HANDLES = ".handle_pids.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def drop_dead_handles(pg_dir: Path, lock: Any) -> list[int]:
+    """Remove pids of processes that are gone from pgserver's user list (under pgserver's own
+    inter-process lock); returns the pids left."""
+    path = pg_dir / HANDLES
+    with lock:
+        try:
+            pids = [int(p) for p in json.loads(path.read_text())]
+        except (OSError, ValueError, TypeError):
+            return []  # no list yet (or unreadable: pgserver rewrites it)
+        alive = [p for p in pids if p == os.getpid() or _alive(p)]
+        if alive != pids:
+            log.info("embedded PostgreSQL: dropped %d dead user(s) from %s", len(pids) - len(alive), path)
+            path.write_text(json.dumps(alive))
+    return alive
+
+
 def _start_pgserver(pg_dir: Path) -> EmbeddedPostgres | None:
     import warnings
 
@@ -71,9 +110,15 @@ def _start_pgserver(pg_dir: Path) -> EmbeddedPostgres | None:
         warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
         try:
             import pgserver  # type: ignore[import-not-found]
+            from pgserver.postgres_server import PostgresServer  # type: ignore[import-not-found]
         except ImportError:
             return None
+        lock = PostgresServer._lock
+        drop_dead_handles(pg_dir.resolve(), lock)
         server: Any = pgserver.get_server(pg_dir, cleanup_mode="stop")
+    # atexit runs last-in first-out: this runs before pgserver's own exit hook (registered by
+    # get_server), so a user killed outright does not keep the server up after the last live one
+    atexit.register(drop_dead_handles, server.pgdata, lock)
     return EmbeddedPostgres(_uri_to_dsn(server.get_uri()), server.cleanup, "pgserver")
 
 

@@ -9,7 +9,6 @@ aiohttp errors are mapped to :class:`~treg.errors.GatewayFailed` here, never lea
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from contextvars import ContextVar
 from dataclasses import field
@@ -21,6 +20,7 @@ from yarl import URL
 
 from treg.errors import BadRequest, GatewayFailed, TregError
 from treg.frozen import frozen_value
+from treg.memo import memoized
 from treg.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ def _parse_url(url: str) -> URL:
         raise GatewayFailed(f"the upstream URL is not valid: {exc}", code="invalid_upstream_url", blame="caller") from exc
 
 
-_parse_url_memo = functools.lru_cache(maxsize=1024)(_parse_url)
+_parse_url_memo = memoized(1024)(_parse_url)
 
 
 def map_client_error(exc: BaseException, url: str) -> TregError:

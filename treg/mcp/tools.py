@@ -21,6 +21,7 @@ from urllib.parse import quote
 from treg.call.types import CallInput, ToolRef
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
+from treg.http_grammar import TOKEN
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
 
 CATALOG_SEARCH = "catalog_search"
@@ -31,7 +32,6 @@ PARAM_HEADERS = {CATALOG_CALL: {"endpoint": "Endpoint"}}
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _INVALID = re.compile(r"[^A-Za-z0-9_.-]")
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 #: characters a path keeps as the agent wrote them (a valid %HH included); anything else is encoded
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _SCALAR = {"type": ["string", "number", "integer", "boolean"]}
@@ -230,7 +230,7 @@ def _headers(value: Any) -> list[tuple[str, str]]:
         raise _bad("headers must be an object of header names to values")
     out = []
     for k, v in value.items():
-        if not _TOKEN.match(k):
+        if not TOKEN.match(k):
             raise _bad(f"headers: {k!r} is not a valid header name")
         text = _scalar(v, f"headers.{k}")
         if any(c in text for c in "\r\n\0"):

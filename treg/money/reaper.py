@@ -1,9 +1,13 @@
 """The reaper: releases holds a crash left open (in the caller's favour) and prunes expired
 idempotency entries. It runs once at startup and then every ``TREG_REAPER_INTERVAL_S`` seconds.
 
-Several treg processes may share one database and all run it: every close is the same conditional
-``UPDATE … WHERE state = 'held'`` as the pipeline's, so a hold is still closed exactly once. Only holds
-past their ``expires_at`` (placed ``TREG_HOLD_TTL_S`` ago) are touched, never a live call's.
+Several treg processes may share one database and all run it. One sweep runs at a time: a run first
+takes a PostgreSQL advisory lock (``pg_try_advisory_lock``) on a connection of its own and, finding it
+taken, leaves the work to the process holding it (the lock dies with that connection, so a process
+killed mid-sweep blocks nobody). Two sweeps would be correct anyway (every close is the same
+conditional ``UPDATE … WHERE state = 'held'`` as the pipeline's, so a hold is closed exactly once) but
+would contend for the same orgs' balance rows with live calls, twice over. Only holds past their
+``expires_at`` (placed ``TREG_HOLD_TTL_S`` ago) are touched, never a live call's.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
+import aiopg
+import psycopg2
 from sqlalchemy import and_, func, select, text
 
 from treg.context import Services
+from treg.errors import DatabaseError
 from treg.infra.schema import holds
 from treg.money.holds import HELD, RELEASED, _close
 
@@ -23,6 +30,8 @@ log = logging.getLogger(__name__)
 
 BATCH = 200
 MAX_BATCHES = 50  # at most 10 000 holds a run; the next run continues
+#: the advisory lock of the sweep (a bigint; advisory locks are per database): ASCII "tregreap"
+LOCK_KEY = 0x7472656772656170
 
 
 async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
@@ -55,9 +64,25 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
 
 
 async def run_once(svc: Services) -> dict[str, int]:
+    """One sweep, unless another process's is under way (then nothing is done: zeros)."""
     from treg import idempotency
 
-    return {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
+    try:
+        # outside the pool: holding a pooled connection for the sweep would starve a pool of one
+        lock_conn = await aiopg.connect(svc.db.dsn, enable_hstore=False)
+    except psycopg2.Error as exc:
+        raise DatabaseError(f"reaper: cannot connect for its lock: {exc.__class__.__name__}",
+                            code="database_unavailable") from exc
+    try:
+        async with lock_conn.cursor() as cur:
+            await cur.execute("SELECT pg_try_advisory_lock(%s)", (LOCK_KEY,))
+            (locked,) = await cur.fetchone()
+        if not locked:
+            log.info("reaper: another treg process is sweeping; skipped")
+            return {"holds_released": 0, "idempotency_pruned": 0}
+        return {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
+    finally:
+        lock_conn.close()  # releases the lock with the session
 
 
 async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]] | None:

@@ -1,12 +1,10 @@
-"""The call surfaces at the edge: turn an aiohttp request into a CallInput, a CallOutcome into a
-streamed response. Everything in between is plain Python (treg.call.service)."""
+"""The call surfaces at the edge: turn an aiohttp request into a CallInput (the intake stage's aiohttp
+half; its plain-Python half is treg/call/intake.py), a CallOutcome into a streamed response. Everything
+in between is plain Python (treg.call.service)."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import zlib
 from dataclasses import replace
 from typing import AsyncIterator, Awaitable
 
@@ -14,10 +12,10 @@ from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.call import evidence, service
+from treg.call.intake import decode_body as _decode_body, read_headers  # _decode_body: looked up here per load
 from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
-from treg.infra.upstream import header_text
 from treg.keys import ERROR_HEADERS, SERVICES
 from treg.ui_sessions import COOKIE, SessionCookie
 from treg.web.errors import render_failure
@@ -56,33 +54,6 @@ class RelayResponse(web.StreamResponse):
             h.popall(hdrs.SERVER, None)
 
 
-def _decode_body(encoding: str, raw: bytes, limit: int) -> bytes:
-    enc = encoding.strip().lower()
-    if enc == "base64":
-        try:
-            out = base64.b64decode(b"".join(raw.split()), validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise BadRequest("X-Treg-Body-Encoding: base64, but the body is not valid base64",
-                             code="invalid_body_encoding") from exc
-        if len(out) > limit:
-            raise BadRequest(f"the decoded body is larger than {limit} bytes", code="body_too_large")
-        return out
-    if enc == "gzip":
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out = d.decompress(raw, limit + 1)
-        except zlib.error as exc:
-            raise BadRequest("X-Treg-Body-Encoding: gzip, but the body is not valid gzip",
-                             code="invalid_body_encoding") from exc
-        if len(out) > limit or d.unconsumed_tail:
-            raise BadRequest(f"the decoded body is larger than {limit} bytes", code="body_too_large")
-        if not d.eof:
-            raise BadRequest("X-Treg-Body-Encoding: gzip, but the gzip stream is truncated",
-                             code="invalid_body_encoding")
-        return out
-    raise BadRequest("X-Treg-Body-Encoding must be base64 or gzip", code="invalid_body_encoding")
-
-
 #: how a caller's body read fails when the caller hangs up mid-upload
 _BODY_BROKEN = (ConnectionError, asyncio.IncompleteReadError, HttpProcessingError, ClientPayloadError)
 
@@ -116,37 +87,6 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes:
             raise BadRequest(f"the encoded body is larger than {limit} bytes", code="body_too_large")
         parts.append(chunk)
     return b"".join(parts)
-
-
-#: the headers intake reads, by lower-case name → slot; the first of each name counts (as aiohttp's lookups)
-_READ = {name: i for i, name in enumerate(("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key",
-                                              "user-agent", "content-length", "transfer-encoding",
-                                              "x-treg-body-encoding", "cookie", "x-treg-csrf"))}
-
-
-def read_headers(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[tuple[str, str], ...], list[str | None],
-                                                                 str | None]:
-    """Every header as text (:func:`~treg.infra.upstream.header_text`: UTF-8, else latin-1, never dropped),
-    in the same pass the values intake reads (slots of ``_READ``), and the name of the first header
-    whose bytes are not UTF-8 (None: all are). One loop instead of decoding all then looking each
-    control header up in aiohttp's index: cheaper with the CPU's caches cold, as they are between two
-    calls (docs/performance.md). Taken from the decoded text, not aiohttp's index: its surrogate-escaped
-    text of non-UTF-8 bytes cannot be hashed, stored or re-encoded."""
-    headers = []
-    found: list[str | None] = [None] * len(_READ)
-    slot = _READ.get
-    not_utf8 = None
-    for k, v in raw:
-        try:
-            name, value = k.decode(), v.decode()
-        except UnicodeDecodeError:
-            name, value = header_text(k), header_text(v)
-            not_utf8 = not_utf8 or name
-        headers.append((name, value))
-        i = slot(name.lower())
-        if i is not None and found[i] is None:
-            found[i] = value
-    return tuple(headers), found, not_utf8
 
 
 def _refuse_header(name: str) -> PendingBody:
@@ -193,16 +133,17 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
     rest = path[len(_PREFIXES[surface]):]
-    headers, (token, org_hint, tag, key, agent, cl, te, encoding, cookie, csrf), not_utf8 = read_headers(
-        request.raw_headers)
-    if token is None and cookie is not None and surface != "redirect":
-        token = _session_cookie(cookie, csrf)
+    headers, ctl, not_utf8 = read_headers(request.raw_headers)
+    cl, te = ctl.content_length, ctl.transfer_encoding
+    token = ctl.token
+    if token is None and ctl.cookie is not None and surface != "redirect":
+        token = _session_cookie(ctl.cookie, ctl.csrf)
     declared = None if cl is None else int(cl)  # aiohttp's parser already refused a malformed length
     body: object
     if not_utf8 is not None:
         body = _refuse_header(not_utf8)
-    elif encoding is not None:
-        body = _decoded_body(request, encoding, declared)
+    elif ctl.body_encoding is not None:
+        body = _decoded_body(request, ctl.body_encoding, declared)
     elif declared is None and (te is None or "chunked" not in te.lower()):
         body = None
     elif declared is not None and declared <= evidence.REQUEST_BODY_MAX:
@@ -210,8 +151,9 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     else:
         body = _caller_stream(request)  # lazy: nothing is read until the upstream send pulls it
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
-                     headers=headers, token=token, org_hint=org_hint, body=body,  # type: ignore[arg-type]
-                     content_length=declared, tag=tag, idempotency_key=key, user_agent=agent)
+                     headers=headers, token=token, org_hint=ctl.org_hint, body=body,  # type: ignore[arg-type]
+                     content_length=declared, tag=ctl.tag, idempotency_key=ctl.idempotency_key,
+                     user_agent=ctl.user_agent)
 
 
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:

@@ -2,7 +2,7 @@
 
 No aiohttp middleware does this. A middleware wraps every request in two more coroutine frames
 (aiohttp adds its own ``current_app`` wrapper beside ours), and every resumption of a call (each
-upstream read) passed through both: ~13 µs of CPU per call under load (docs/performance.md). Instead:
+upstream read) passed through both (a measurable share of a call: docs/performance.md). Instead:
 
 * the management routes are registered through :func:`add_routes`, which wraps each handler in
   :func:`rendering` (one frame, as a middleware would, but only where it is needed);

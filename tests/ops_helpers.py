@@ -1,0 +1,132 @@
+"""Real ``treg`` processes for the operability tests: the CLI run to completion, ``treg serve`` kept
+running until stopped by PID. Everything bounded; all traffic on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets as pysecrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import contextlib
+
+import psycopg2
+
+from treg import testing
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def treg_env(home: Path, dsn: str | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
+    env.update(TREG_HOME=str(home), TREG_LOG_LEVEL="INFO")
+    if dsn is not None:
+        env["TREG_DATABASE_URL"] = dsn
+    env.update(extra)
+    return env
+
+
+def run_treg(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "treg", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def http(method: str, url: str, token: str | None = None, body: Any = None,
+         headers: dict[str, str] | None = None, timeout: float = 30) -> tuple[int, Any, dict[str, str]]:
+    """(status, parsed JSON or raw bytes, headers) of one request (urllib: no event loop needed)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("X-Treg-Token", token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw, status, hs = resp.read(), resp.status, dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        raw, status, hs = exc.read(), exc.code, dict(exc.headers)
+    try:
+        return status, json.loads(raw or b"null"), hs
+    except ValueError:
+        return status, raw, hs
+
+
+class Served:
+    """``treg serve`` in a subprocess (stdout and stderr into ``log``), waited for until /healthz answers."""
+
+    def __init__(self, env: dict[str, str], log: Path, *, wait_s: float = 90) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._fh = open(log, "ab")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen([sys.executable, "-m", "treg", "serve", "--port", str(self.port)],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=self._fh)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self._fh.close()
+                raise AssertionError(f"treg serve exited {self.proc.returncode}: {log.read_text()}")
+            try:
+                with urllib.request.urlopen(self.base + "/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise AssertionError(f"treg serve never answered /healthz: {log.read_text()}")
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.kill()
+
+    def stop(self, timeout: float = 60) -> int:
+        self.signal(signal.SIGTERM)
+        code = self.wait(timeout)
+        self._fh.close()
+        return code
+
+    def kill(self) -> None:
+        """The finally-block exit: SIGKILL by PID if it still runs."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        if not self._fh.closed:
+            self._fh.close()
+
+
+@contextlib.contextmanager
+def empty_database(base: str) -> Iterator[str]:
+    """A database with nothing in it (named as the test session's, so an orphan is dropped later)."""
+    name = f"treg_t_{os.getpid()}_{pysecrets.token_hex(6)}"
+    conn = psycopg2.connect(base)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        yield testing.dsn_for(base, name)
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.close()

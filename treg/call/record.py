@@ -1,0 +1,173 @@
+"""Record stage: every attempt with an identity becomes one audit row (queued, written in batches by the
+audit writer, ``treg/call/audit.py``) and one ``tool_called`` event, exactly once, however it ended.
+
+* a relayed answer is recorded by its outcome's ``finish`` (:func:`finisher`), called by the edge when
+  streaming ended;
+* every exceptional exit goes through :func:`exit_call`, the one unwind: the upstream answer closed,
+  the hold and the idempotency claim given back, the failure recorded with redacted evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from treg import idempotency
+from treg.call import catalog_stage, evidence, headers as hdr
+from treg.call.target import mask_userinfo
+from treg.call.types import CallRecord
+from treg.context import Services
+from treg.errors import DbPoolExhausted, SsrfRefused, TregError
+from treg.events import Event
+from treg.infra.upstream import UpstreamResponse
+from treg.plugins import call_hook, has_impls
+
+if TYPE_CHECKING:
+    from treg.call.state import CallState
+
+
+def call_record(state: "CallState", *, outcome: str, status: int | None, refused_by: str | None = None,
+                error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
+                response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
+                error_response: dict[str, Any] | None = None, failure_kind: str | None = None) -> CallRecord:
+    """The audit row (``CallState.record``), with the optional columns a stage knows.
+
+    A speed trick, kept on purpose (docs/performance.md): the columns come in as named parameters (a
+    misspelt one is a TypeError, and no keyword dict is built per call) and go out positionally, in
+    :class:`CallRecord`'s field order, since this runs on every call."""
+    assert state.ident is not None
+    t = state.target
+    inp = state.inp
+    tool = t.tool if t else None
+    return CallRecord(
+        inp.call_id, state.ident.org_id, state.ident.member_id, inp.surface, inp.method,
+        mask_userinfo(state.masked(inp.rest[:2000]), evidence.MASK), outcome, status,
+        evidence.redact_url(t.upstream_url, state.redactor if state.secret_values else evidence.NO_SECRETS)
+        if t else None,
+        tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
+        t.endpoint_id if t else None, refused_by, error_code, blame,
+        t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
+        response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
+        error_request, error_response, failure_kind, inp.parent_call_id)
+
+
+def request_evidence(state: "CallState") -> dict[str, Any] | None:
+    """What was sent (or would have been), redacted, for a failed call's row."""
+    if state.prepared is not None:
+        r = state.prepared.request
+        return evidence.request_evidence(r.method, r.url, r.headers, r.body if isinstance(r.body, bytes) else None,
+                                         state.prepared.body_kept, state.redactor)
+    if state.target is not None:
+        body = state.inp.body if isinstance(state.inp.body, bytes) else None
+        return evidence.request_evidence(state.inp.method, state.target.full_url,
+                                         hdr.request_headers(state.inp.headers), body, body is not None,
+                                         state.redactor)
+    return None
+
+
+def audit(svc: Services, rec: CallRecord) -> None:
+    """Queue the row, then tell the ``treg_event`` observers (``tool_called``), if there are any."""
+    writer = svc.extras.get("audit")
+    if writer is not None:
+        writer.record(rec)
+    if not has_impls(svc.pm, "treg_event"):
+        return  # no observer: do not build an event nobody reads
+    call_hook(svc.pm, "treg_event", event=Event("tool_called", {
+        "call_id": rec.id, "org_id": rec.org_id, "member_id": rec.member_id, "surface": rec.surface,
+        "method": rec.method, "outcome": rec.outcome, "status": rec.status, "refused_by": rec.refused_by,
+        "error_code": rec.error_code, "blame": rec.blame, "tool_id": rec.tool_id, "tool_name": rec.tool_name,
+        "provider": rec.provider, "endpoint_id": rec.endpoint_id, "credential_tier": rec.credential_tier,
+        "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
+        "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
+    }))
+
+
+def _unexpected() -> TregError:
+    """What an unexpected exception is recorded as: treg's own failure (the edge answers the same 500)."""
+    return TregError("treg failed unexpectedly; the error was logged", code="internal_error", status=500,
+                     blame="treg")
+
+
+def _failure_record(state: "CallState", exc: TregError, failure_kind: str | None = None) -> CallRecord:
+    refused = exc.refused_by is not None or exc.status < 500 or isinstance(exc, SsrfRefused)
+    err_req = state.request_evidence()
+    err_resp = None
+    if err_req is not None:
+        err_resp = {"status": exc.status, "headers": [["Content-Type", "application/json"], ["X-Treg-Error", "1"]],
+                    "body": state.redactor.text(json.dumps(exc.body())), "body_truncated": False}
+    if failure_kind is None and isinstance(exc, DbPoolExhausted):
+        failure_kind = "db_pool"  # the pool timed out after identity: treg's capacity, not the caller's
+    return state.record(outcome="refused" if refused else "gateway_failed", status=exc.status,
+                        refused_by=exc.refused_by, error_code=exc.code, blame=exc.blame, error_request=err_req,
+                        error_response=err_resp, failure_kind=failure_kind)
+
+
+async def _unwind(svc: Services, state: "CallState") -> None:
+    """Release the hold, give the label back (shielded from cancellation: a cancelled call must still
+    close its money; the reaper is the last resort)."""
+    async def work() -> None:
+        try:
+            await state.close_money(svc)
+        finally:
+            await idempotency.abandon(svc, state.claim)
+    with contextlib.suppress(Exception):
+        await asyncio.shield(work())
+
+
+async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> None:
+    """An exceptional exit of an identified call, at any stage, recorded once: the upstream answer (if
+    one arrived) closed, the hold and the claim given back, the audit row queued: a TregError as
+    itself, any other exception as treg's ``unexpected_exception``, a cancellation (or a caller gone)
+    as cancelled. The row is queued even when a second cancellation interrupts the unwinding."""
+    resp = state.resp
+    if resp is not None:
+        resp.close()  # once: CloseOnce ignores a repeat
+    try:
+        await _unwind(svc, state)
+    finally:
+        if not state.audited:
+            state.audited = True
+            if isinstance(exc, TregError):
+                exc.headers.update(catalog_stage.tier_headers(state.target))
+                audit(svc, _failure_record(state, exc))
+            elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
+                # the edge logs it with its traceback and answers 500 internal_error
+                audit(svc, _failure_record(state, _unexpected(), failure_kind="unexpected_exception"))
+            else:
+                audit(svc, state.record(outcome="cancelled", status=resp.status if resp is not None else None))
+
+
+def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
+             err_head: tuple[bytes, bool] | None) -> Callable[[int, BaseException | None], None]:
+    """The outcome's ``finish``: records the relayed answer once streaming ended (``err_head``: the head
+    of a failed answer, kept as evidence)."""
+    finished = False
+
+    def finish(sent: int, error: BaseException | None) -> None:
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        state.audited = True
+        resp.close()  # no-op after a full read (the body iterator released it); else drop the connection
+        if error is None and err_head is None:  # the common case: a relayed answer, nothing to keep
+            audit(svc, state.record(outcome="ok" if resp.status < 400 else "upstream_error", status=resp.status,
+                                    response_bytes=sent, request_bytes=state.inp.content_length))
+            return
+        if error is not None:
+            outcome = "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error"
+        else:
+            outcome = "ok" if resp.status < 400 else "upstream_error"
+        error_response = None
+        if err_head is not None:
+            error_response = evidence.response_evidence(resp.status, resp.headers, err_head[0], err_head[1],
+                                                        state.redactor)
+        audit(svc, state.record(outcome=outcome, status=resp.status, response_bytes=sent,
+                                request_bytes=state.inp.content_length, error_request=state.request_evidence(),
+                                error_response=error_response,
+                                blame="upstream" if resp.status >= 400 else None))
+
+    return finish

@@ -1,0 +1,65 @@
+"""Reserve stage (platform-tier catalog calls only): treg's idempotency claim, then the money hold, both
+before any upstream I/O. The hold is closed exactly once afterwards (``CallState.close_money``): by the
+settle stage, or by the one exit (``treg/call/record.py``) on any failure or cancellation."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import AsyncIterator
+
+from treg import idempotency, money
+from treg.call import catalog_stage
+from treg.call.record import audit
+from treg.call.relay import buffer_body
+from treg.call.state import CallOutcome, CallState
+from treg.context import Services
+
+#: a stored answer's headers that are the original call's, not the replay's
+_NOT_REPLAYED = ("x-treg-call-id", "x-treg-cost-micro", "x-treg-idempotent-replay", "content-length",
+                 "x-treg-credential-tier")
+
+
+async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
+    """Claim the caller's ``Idempotency-Key`` (a stored answer comes back as a replay outcome), then
+    place the hold. None: the call goes on to the relay."""
+    target, inp, ident = state.target, state.inp, state.ident
+    assert target is not None and ident is not None
+    cat = target.catalog
+    if cat is None or not target.billed:
+        return None
+    if inp.idempotency_key:
+        body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
+        if not isinstance(inp.body, bytes) and inp.body is not None:
+            state.inp = inp = replace(inp, body=body, content_length=len(body))
+        digest = idempotency.request_digest(inp.method, target.endpoint_id or "", inp.raw_query, body)
+        state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id)
+        if state.claim.outcome is idempotency.ClaimOutcome.REPLAY:
+            return _replay_outcome(svc, state)
+        refusal = state.claim.refusal()
+        if refusal is not None:
+            state.claim = None  # not ours to abandon
+            raise refusal
+    state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
+                                        amount_micro=cat.hold_micro, tag=inp.tag)
+    return None
+
+
+def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
+    c = state.claim
+    assert c is not None and c.status is not None
+    body = c.body or b""
+    headers = [(k, v) for k, v in c.headers if k.lower() not in _NOT_REPLAYED]
+    headers += [("Content-Length", str(len(body))), ("X-Treg-Idempotent-Replay", "true")]
+    headers += list(catalog_stage.tier_headers(state.target, 0).items())  # a replay is not charged again
+    state.claim = None
+
+    async def gen() -> AsyncIterator[bytes]:
+        yield body
+
+    def finish(sent: int, error: BaseException | None) -> None:
+        audit(svc, state.record(outcome="replayed", status=c.status, response_bytes=sent))
+
+    names = {k.lower() for k, _ in headers}
+    return CallOutcome(status=c.status, reason="", headers=headers, body=gen(), close=lambda: None, finish=finish,
+                       content_length=len(body), has_content_type="content-type" in names,
+                       has_server="server" in names)

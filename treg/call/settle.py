@@ -1,0 +1,121 @@
+"""Settle stage: the upstream's answer made into the :class:`CallOutcome` the edge streams.
+
+* **metered** (a hold is open): the answer is read whole (buffered, or spooled to disk for a large
+  one), stored for an idempotent replay, and the hold settled at the observed price (2xx) or released,
+  all before its headers go out, so ``X-Treg-Cost-Micro`` is exact;
+* **streamed** (everything else): relayed as it arrives; only the head of a failed answer is peeked
+  and kept as evidence.
+
+Both rewrite ``Location``/``Content-Location`` back into treg (``treg/call/redirects.py``). A failure
+here is the caller's (``service.execute``) one exit, like any stage's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from treg import idempotency
+from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, redirects
+from treg.call.record import finisher
+from treg.call.state import CallOutcome, CallState
+from treg.context import Services
+from treg.infra.upstream import UpstreamResponse
+from treg.plugins import spool_evidence_paths
+
+
+async def settle(svc: Services, state: CallState) -> CallOutcome:
+    resp = state.resp
+    assert resp is not None
+    if state.hold is not None:
+        return await _metered_outcome(svc, state, resp)
+    if state.claim is not None:
+        # a free streamed read is not stored for replay: the label goes back so a retry fetches again
+        await idempotency.abandon(svc, state.claim)
+        state.claim = None
+    return await _streamed_outcome(svc, state, resp)
+
+
+async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
+    target = state.target
+    assert target is not None and target.catalog is not None
+    ok = 200 <= resp.status < 300
+    # the upstream's headers the caller gets; the length is set below from what was actually read
+    relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+    spooled: metered.Spooled | None = None
+    try:
+        if "location" in resp.index or "content-location" in resp.index:
+            relayed = _treg_locations(svc, state, relayed)
+        if ok and target.catalog.spooled_response:
+            budget = svc.extras.setdefault("spool_budget", metered.SpoolBudget())
+            spooled = await metered.spool_answer(resp, budget)
+            answer: Any = await metered.spool_evidence(
+                spooled, (*target.catalog.endpoint.price.evidence_paths,
+                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)),
+                encodings.codings(resp.headers))
+            data = b""
+        else:
+            data = await metered.buffer_answer(resp)
+            # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
+            answer = await metered.answer_evidence(data, resp.headers) if ok else None
+        if state.claim is not None:
+            # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
+            # releases (a free call), never a settled charge a retry would pay again
+            if spooled is None:
+                await idempotency.complete(svc, state.claim, resp.status, relayed, data)
+            else:
+                await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
+            state.claim = None
+        if ok:
+            await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
+        else:
+            await state.close_money(svc)
+    except BaseException:
+        if spooled is not None:
+            spooled.close()  # the spool file; the call's own unwind is the caller's
+        raise
+    length = spooled.size if spooled is not None else len(data)
+    out_headers = list(relayed)
+    out_headers.append(("Content-Length", str(length)))
+    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
+    err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
+
+    async def body() -> AsyncIterator[bytes]:
+        if spooled is not None:
+            async for chunk in spooled.stream():
+                yield chunk
+        elif data:
+            yield data
+
+    finish = finisher(svc, state, resp, err_head)
+    names = {k.lower() for k, _ in resp.headers}
+    return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body(),
+                       close=(spooled.close if spooled is not None else (lambda: None)), finish=finish,
+                       content_length=length, has_content_type="content-type" in names, has_server="server" in names)
+
+
+def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A client following a relayed redirect must come back through treg (treg/call/redirects.py)."""
+    assert state.ident is not None and state.target is not None
+    return redirects.rewrite_locations(svc, state.ident, state.inp, state.target, headers, state.masked)
+
+
+async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
+    body = resp.body
+    err_head: tuple[bytes, bool] | None = None
+    if resp.status >= 400 and resp.whole is not None:
+        err_head = (resp.whole[:evidence.RESPONSE_HEAD_MAX], len(resp.whole) > evidence.RESPONSE_HEAD_MAX)
+    elif resp.status >= 400:
+        # keep the head of a failed answer for evidence; the caller still gets every byte (the upstream
+        # breaking, or the caller leaving, before any byte went out is the call's exit like any failure)
+        head, more, body = await evidence.peek_head(body)
+        err_head = (head, more)
+    out_headers = hdr.response_headers(resp.headers)
+    if "location" in resp.index or "content-location" in resp.index:
+        out_headers = _treg_locations(svc, state, out_headers)
+    if state.target is not None and state.target.catalog is not None:
+        out_headers += list(catalog_stage.tier_headers(state.target).items())
+    index = resp.index
+    cl = index.get("content-length")
+    return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),
+                       int(cl) if cl and cl.strip().isdigit() else None, "content-type" in index, "server" in index,
+                       resp.whole)

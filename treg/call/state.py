@@ -1,0 +1,93 @@
+"""What one call carries through the pipeline (:class:`CallState`) and what it ends in (:class:`CallOutcome`).
+
+The stages hand each other frozen values (``treg/call/types.py``); this is the one mutable object of a
+call, filled in as stages learn things, so whichever exit ends the call can record what is known."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Callable
+
+from treg import idempotency, money
+from treg.call import evidence
+from treg.call.record import call_record, request_evidence
+from treg.call.relay import PreparedRequest
+from treg.call.types import CallInput, ResolvedTarget
+from treg.context import Services
+from treg.infra.upstream import UpstreamResponse
+from treg.tenancy import Identity
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """An answer ready to stream: status, headers for the caller, the body, ``close`` (idempotent) and
+    ``finish``, which the edge must call exactly once when streaming ended (normally or not). ``finish``
+    is synchronous on purpose: it only queues the audit row, so even a cancelled handler completes it."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]] = field(repr=False)
+    body: AsyncIterator[bytes]
+    close: Callable[[], None]
+    finish: Callable[[int, BaseException | None], None]
+    #: the upstream sent a Content-Length: keep it even on a bodyless answer (HEAD/204/304)
+    content_length: int | None = None
+    has_content_type: bool = True
+    has_server: bool = True
+    #: the whole body, when it is already in hand (``body`` yields the same bytes)
+    whole: bytes | None = field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class CallState:
+    """What is known about a call so far, for its audit row and event."""
+
+    inp: CallInput
+    started: float = field(default_factory=time.monotonic)
+    ident: Identity | None = None
+    target: ResolvedTarget | None = None
+    prepared: PreparedRequest | None = None
+    #: the upstream's answer once it arrived (an exit closes it)
+    resp: UpstreamResponse | None = field(default=None, repr=False)
+    ttfb_ms: int | None = None
+    #: the injected credential values (masked in anything recorded), never logged
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
+    _redactor: evidence.Redactor | None = field(default=None, repr=False)
+    claim: idempotency.Claim | None = None
+    hold: money.Hold | None = None
+    hold_state: str | None = None
+    cost_micro: int = 0
+    #: the audit row is queued (an exceptional exit records the call once, whichever path saw it first)
+    audited: bool = False
+
+    #: the audit row (treg/call/record.py)
+    record = call_record
+    request_evidence = request_evidence
+
+    @property
+    def redactor(self) -> evidence.Redactor:
+        # built on first use: its encoded variants cost more than a whole successful relay's bookkeeping
+        if self._redactor is None:
+            self._redactor = (self.prepared.redactor() if self.prepared is not None
+                              else evidence.Redactor.for_values(self.secret_values))
+        return self._redactor
+
+    def masked(self, text: str) -> str:
+        """``text`` with injected values masked; the cheap path when no value could be in it."""
+        if not self.secret_values:
+            return text
+        return self.redactor.text(text)
+
+    async def close_money(self, svc: Services, *, settle_micro: int | None = None) -> None:
+        """Close the call's hold exactly once: settle when ``settle_micro`` is given, else release. Safe
+        to call twice (the second call finds it closed)."""
+        if self.hold is not None and self.hold_state is None:
+            if settle_micro is not None and await money.settle(svc, self.inp.call_id, settle_micro):
+                self.cost_micro = self.hold.charge_for(settle_micro)
+                self.hold_state = money.SETTLED
+            else:
+                # released now, or already released by the reaper (settle found no open hold): charged 0
+                await money.release(svc, self.inp.call_id)
+                self.cost_micro = 0
+                self.hold_state = money.RELEASED
