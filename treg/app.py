@@ -30,7 +30,7 @@ from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
-from treg.web import errors, index as index_routes, mcp as mcp_routes, protocol
+from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
 
 log = logging.getLogger("treg")
 
@@ -159,6 +159,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, index_routes.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)
+    dashboard.setup(app)  # /ui/: HTML pages, which render their own refusals as pages
     errors.add_unrouted(app)  # last: what no route above matched
     return app
 

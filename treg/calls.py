@@ -3,9 +3,11 @@ only owners/admins get a failed call's evidence."""
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, or_, select
 
 from treg.context import Services
 from treg.errors import BadRequest, NotFound
@@ -54,3 +56,83 @@ async def get_call(svc: Services, ident: Identity, call_id: str) -> dict[str, An
     if row is None:
         raise NotFound("no such call visible to you", code="call_not_found")
     return row
+
+
+#: what the dashboard's Activity page shows per row (the list columns plus what its status column names)
+PAGE_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.tool_name, calls.c.provider,
+                               calls.c.endpoint_id, calls.c.error_code, calls.c.hold_state)
+OUTCOMES = ("ok", "upstream_error", "refused", "gateway_failed", "stream_error", "cancelled", "replayed")
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    """Activity's filters; every one is optional. ``before`` is the keyset cursor of the page's last row."""
+
+    outcome: str | None = None
+    tool: str | None = None
+    member_id: str | None = None
+    before: str | None = None
+    limit: int = 50
+
+
+def cursor_of(row: dict[str, Any]) -> str:
+    return f"{row['created_at'].isoformat()}~{row['call_id']}"
+
+
+def _parse_cursor(text: str) -> tuple[dt.datetime, str]:
+    stamp, sep, call_id = text.partition("~")
+    try:
+        when = dt.datetime.fromisoformat(stamp)
+    except ValueError as exc:
+        raise BadRequest("the page cursor is malformed; open the first page again", code="invalid_cursor") from exc
+    if not sep or not call_id or when.tzinfo is None:
+        raise BadRequest("the page cursor is malformed; open the first page again", code="invalid_cursor")
+    return when, call_id
+
+
+async def page_calls(svc: Services, ident: Identity, f: CallFilter) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the audit trail, newest first, and the cursor of the next (None: last page).
+
+    Keyset, not OFFSET: a page deep in a million rows costs what the first does. The order
+    (created_at, id) descending is served by ix_calls_org_id_created_at (or the member / outcome /
+    tool_name index of migration 0004 when that filter is set): ``created_at <= t`` bounds the index
+    scan, ``created_at < t OR id < i`` breaks ties of one microsecond."""
+    if not 1 <= f.limit <= MAX_LIMIT:
+        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}", code="invalid_limit")
+    if f.outcome is not None and f.outcome not in OUTCOMES:
+        raise BadRequest(f"outcome must be one of {', '.join(OUTCOMES)}", code="invalid_filter")
+    await _flush(svc)
+    where = [calls.c.org_id == ident.org_id]
+    if not ident.is_manager:
+        where.append(calls.c.member_id == ident.member_id)  # a member's filter cannot widen this
+    elif f.member_id:
+        where.append(calls.c.member_id == f.member_id)
+    if f.outcome:
+        where.append(calls.c.outcome == f.outcome)
+    if f.tool:
+        where.append(calls.c.tool_name == f.tool)
+    if f.before:
+        when, call_id = _parse_cursor(f.before)
+        where += [calls.c.created_at <= when, or_(calls.c.created_at < when, calls.c.id < call_id)]
+    q = (select(*PAGE_COLUMNS).where(and_(*where)).order_by(calls.c.created_at.desc(), calls.c.id.desc())
+         .limit(f.limit + 1))
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all(q)
+    more = len(rows) > f.limit
+    rows = rows[:f.limit]
+    return rows, (cursor_of(rows[-1]) if more and rows else None)
+
+
+async def failing_upstreams(svc: Services, ident: Identity, hours: int = 24) -> list[dict[str, Any]]:
+    """Providers and tools whose upstream failed in the last ``hours`` (blame ``upstream``), most first;
+    scoped like the call list (a member: their own calls)."""
+    where = [calls.c.org_id == ident.org_id, calls.c.created_at > func.now() - dt.timedelta(hours=hours),
+             calls.c.blame == "upstream"]
+    if not ident.is_manager:
+        where.append(calls.c.member_id == ident.member_id)
+    name = func.coalesce(calls.c.provider, calls.c.tool_name, "(no tool)").label("name")
+    await _flush(svc)
+    async with svc.db.tx() as tx:
+        return await tx.fetch_all(select(name, func.count().label("failures"), func.max(calls.c.created_at)
+                                         .label("last_at")).where(and_(*where)).group_by(name)
+                                  .order_by(func.count().desc()).limit(10))

@@ -179,6 +179,8 @@ class Settings:
     overflow_budgets: Mapping[str, int] = field(default_factory=dict, metadata={
         "env": "TREG_OVERFLOW_DAILY_BUDGET_MICRO_*", "kind": "prefixed:int",
         "help": f"most treg spends at aggregator `<NAME>` per UTC day (micro-USD); unset: {10_000_000} (USD 10)"})
+    ui_session_ttl_s: int = _setting(
+        "TREG_UI_SESSION_TTL_S", 12 * 3600, "seconds a dashboard login (`treg_session` cookie) stays valid", "int")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "

@@ -49,6 +49,21 @@ class Identity:
         return self.role in MANAGER_ROLES
 
 
+class Credential(str):
+    """A call's identity that is not a token (the dashboard's session cookie, treg/ui_sessions.py): its
+    own :meth:`identity` finds the caller. Its text is empty, so nothing that reads it as a token (the
+    identity cache) can match it; :func:`authenticate` asks it instead of the tokens table."""
+
+    def __new__(cls) -> "Credential":
+        return super().__new__(cls, "")
+
+    async def identity(self, svc: Services) -> Identity:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('***')"
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()  # a non-UTF-8 header: 401, not 500
 
@@ -123,6 +138,8 @@ def cached_identity(svc: Services, token: str | None, org_hint: str | None) -> I
 
 async def authenticate(svc: Services, token: str | None, org_hint: str | None) -> Identity:
     """The caller behind ``token``; 401 when missing/unknown/revoked, 403 when ``org_hint`` differs."""
+    if isinstance(token, Credential):
+        return _admitted(svc, await token.identity(svc), org_hint)
     if not token:
         raise Unauthorized("send your treg token in the X-Treg-Token header", code="missing_token")
     token = token.strip()

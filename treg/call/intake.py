@@ -43,12 +43,15 @@ class Controls(NamedTuple):
     content_length: str | None
     transfer_encoding: str | None
     body_encoding: str | None
+    #: the dashboard's session cookie and its CSRF header: a call's identity without a token (Try-it)
+    cookie: str | None
+    csrf: str | None
 
 
 #: lower-case header name → its slot in :class:`Controls`
 _SLOTS = {name: i for i, name in enumerate(("x-treg-token", "x-treg-org", "x-treg-tag", "idempotency-key",
                                               "user-agent", "content-length", "transfer-encoding",
-                                              "x-treg-body-encoding"))}
+                                              "x-treg-body-encoding", "cookie", "x-treg-csrf"))}
 
 
 def read_headers(raw: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[tuple[str, str], ...], Controls, str | None]:

@@ -145,6 +145,26 @@ calls = Table(
     Column("parent_call_id", String(40), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
+    # the dashboard's Activity filters (migration 0004)
+    Index("ix_calls_org_id_outcome_created_at", "org_id", "outcome", "created_at"),
+    Index("ix_calls_org_id_tool_name_created_at", "org_id", "tool_name", "created_at"),
+    Index("ix_calls_org_id_created_at_upstream_failed", "org_id", "created_at",
+          postgresql_where=text("blame = 'upstream'")),
+)
+
+ui_sessions = Table(
+    # the dashboard's sessions (treg/ui_sessions.py): the cookie holds a random id, the row its sha256
+    "ui_sessions", metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", String(40), ForeignKey("members.id", ondelete="CASCADE"), nullable=False),
+    # the token the user logged in with: revoking it ends the session too
+    Column("token_id", String(40), ForeignKey("tokens.id", ondelete="CASCADE"), nullable=False),
+    Column("csrf", String(64), nullable=False),
+    _created(),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    Index("ix_ui_sessions_expires_at", "expires_at"),
 )
 
 

@@ -17,6 +17,7 @@ from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.keys import ERROR_HEADERS, SERVICES
+from treg.ui_sessions import COOKIE, SessionCookie
 from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
@@ -114,6 +115,16 @@ def _decoded_body(request: web.Request, encoding: str, declared: int | None) -> 
     return PendingBody(load)
 
 
+def _session_cookie(cookie: str, csrf: str | None) -> SessionCookie | None:
+    """The dashboard's session as the call's identity (Try-it), checked with its ``X-Treg-CSRF`` by
+    treg/ui_sessions.py; the cookie itself never goes upstream (treg/call/headers.py scrubs it)."""
+    for part in cookie.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == COOKIE and value:
+            return SessionCookie(value.strip(), csrf)
+    return None
+
+
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     """The request as a CallInput, without reading or decoding anything that could cost treg work: a
     body to read (or a refusal) is a :class:`PendingBody` the pipeline runs once the caller is identified."""
@@ -125,6 +136,9 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     rest = path[len(_PREFIXES[surface]):]
     headers, ctl, not_utf8 = read_headers(request.raw_headers)
     cl, te = ctl.content_length, ctl.transfer_encoding
+    token = ctl.token
+    if token is None and ctl.cookie is not None and surface != "redirect":
+        token = _session_cookie(ctl.cookie, ctl.csrf)
     declared = None if cl is None else int(cl)  # aiohttp's parser already refused a malformed length
     body: object
     if not_utf8 is not None:
@@ -138,7 +152,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     else:
         body = _caller_stream(request)  # lazy: nothing is read until the upstream send pulls it
     return CallInput(call_id=call_id, surface=surface, method=request.method, rest=rest, raw_query=query,
-                     headers=headers, token=ctl.token, org_hint=ctl.org_hint, body=body,  # type: ignore[arg-type]
+                     headers=headers, token=token, org_hint=ctl.org_hint, body=body,  # type: ignore[arg-type]
                      content_length=declared, tag=ctl.tag, idempotency_key=ctl.idempotency_key,
                      user_agent=ctl.user_agent)
 

@@ -1,0 +1,1 @@
+"""The dashboard's templates and static files, installed as the ``treg.templates`` package (setup.py)."""
