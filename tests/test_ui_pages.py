@@ -209,3 +209,17 @@ async def test_a_tool_is_edited_and_deleted_through_the_same_validation(gateway)
     assert (await gateway.api("GET", "/api/v1/tools"))["tools"] == []
     resp = await gateway.client.post(f"/ui/tools/{tool['id']}/delete", data={"csrf": csrf})
     assert resp.status == 404 and "no such tool" in await resp.text()
+
+
+async def test_capacity_page_lists_the_platform_locks_to_managers_only(gateway):
+    from test_capacity_surface import _lock
+
+    await _lock(gateway.services, "quota", "acme", "acme.items-get")
+    await login(gateway.client, gateway.org["token"])
+    body = await (await gateway.client.get("/ui/capacity")).text()
+    assert "acme.items-get" in body and "quota" in body
+    member = await gateway.member("member@acme.test")
+    gateway.client.session.cookie_jar.clear()
+    await login(gateway.client, member["token"])
+    body = await (await gateway.client.get("/ui/capacity")).text()
+    assert "acme.items-get" not in body and "Only owners and admins" in body

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
+from treg.capacity.breaker import BreakerStore
 from treg import calls, deny_rules, money, secrets_store, tenancy, tools, ui_sessions
 from treg.catalog import ladder
 from treg.catalog.alternatives import alternatives
@@ -397,9 +398,8 @@ async def catalog(p: Page) -> web.StreamResponse:
 @routes.get("/ui/capacity")
 @page
 async def capacity(p: Page) -> web.StreamResponse:
-    # locks come with the "Resilience" issue (spec/resilience.md); until it lands there are none to list
-    source = p.svc.extras.get("capacity_locks")
-    locks = list(await source(p.ident)) if callable(source) else None
+    # the same locks GET /api/v1/capacity lists, and like it for owners and admins only
+    locks = await BreakerStore(p.svc.db, p.svc.settings).locks() if p.ident.is_manager else None
     return p.render("capacity.html", "capacity", locks=locks)
 
 
