@@ -125,6 +125,10 @@ SCHEMAS: dict[str, Any] = {
                      "granted_micro": _MICRO, "settled_micro": _MICRO, "daily_cap_micro": _LIMIT,
                      "day": {"type": "string"}, "member": {"type": "object"}}, ("balance_micro", "available_micro")),
     "Limits": {"type": "object", "description": "the org's daily cap, tag budgets and member caps (docs/money.md)"},
+    "CapacityLock": _obj({"key": {"type": "string"}, "provider": {"type": "string"},
+                          "endpoint": {"type": ["string", "null"]}, "kind": {"enum": ["balance", "quota"]},
+                          "since": {"type": "string"}, "until": {"type": ["string", "null"]},
+                          "strikes": {"type": "integer"}}, ("key", "provider", "kind")),
     "DailyCap": _obj({"micro": _LIMIT}, ("micro",), closed=True),
     "TagBudget": _obj({"budget_micro": _LIMIT}, ("budget_micro",), closed=True),
     "MemberCap": _obj({"daily_cap_micro": _LIMIT}, ("daily_cap_micro",), closed=True),
@@ -246,6 +250,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("PUT", "/api/v1/limits/members/{member_id}"): _op(
         "putMemberCap", "set or remove a member's daily cap (owner/admin)", "200", _ref("LimitSet"),
         body="MemberCap", errors=("404",), params=(_path_param("member_id", "a member id"),)),
+    ("GET", "/api/v1/capacity"): _op("listCapacityLocks", "the platform tier's capacity locks (owner/admin; "
+                                     "docs/resilience.md)", "200", _list_of("locks", "CapacityLock")),
     ("GET", "/api/v1/credits"): _op("listCredits", "the org's credit ledger, newest first (owner/admin)", "200",
                                     _list_of("grants", "Grant")),
 }
