@@ -108,7 +108,7 @@ def check_root_url(raw: Any) -> str | None:
         return "cannot carry user-info (credentials belong in auth)"
     if parts.query or parts.fragment or raw.endswith(("?", "#")):
         return "cannot carry a query or fragment"
-    if _PCT.search(parts.path) or not _PATH_CHARS.match(parts.path):
+    if _PCT.search(parts.path) or not _PATH_CHARS.fullmatch(parts.path):
         return "has characters in its path that are not valid in a URL"
     return None
 
@@ -129,7 +129,7 @@ class _Loader:
             add(plugin, f"provider #{index}", "", f"a provider must be a dict, not {type(data).__name__}")
             return
         pid = data.get("id")
-        if not isinstance(pid, str) or not PROVIDER_ID.match(pid):
+        if not isinstance(pid, str) or not PROVIDER_ID.fullmatch(pid):
             add(plugin, f"provider #{index}", "id",
                 f"{pid!r} is not a provider id: 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit")
             return
@@ -332,7 +332,7 @@ class _Loader:
         if status not in ("live", "retired", "broken"):
             add(plugin, row, "status", f"{status!r} is not one of live, retired, broken")
         capability = data.get("capability")
-        if capability is not None and (not isinstance(capability, str) or not _CAPABILITY.match(capability)):
+        if capability is not None and (not isinstance(capability, str) or not _CAPABILITY.fullmatch(capability)):
             add(plugin, row, "capability", "must be a lower-case dotted name such as 'weather.forecast'")
         superseded_by = data.get("superseded_by")
         if superseded_by is not None and status == "live":
@@ -419,13 +419,13 @@ class _Loader:
         if "{" in literal or "}" in literal:
             add(plugin, row, "path", "has a '{' or '}' that is not a {param} slot")
             return None
-        if not _PATH_CHARS.match(literal) or _PCT.search(literal):
+        if not _PATH_CHARS.fullmatch(literal) or _PCT.search(literal):
             add(plugin, row, "path", "has characters that are not valid in a URL path (encode them as %HH)")
             return None
         if any(seg in (".", "..") for seg in template.split("/")):
             add(plugin, row, "path", "cannot contain '.' or '..' segments")
             return None
-        if "?" in path and (SLOT.search(query) or not _QUERY_CHARS.match(query) or _PCT.search(query)
+        if "?" in path and (SLOT.search(query) or not _QUERY_CHARS.fullmatch(query) or _PCT.search(query)
                             or "{" in query):
             add(plugin, row, "path", "its fixed query part may not hold slots or characters invalid in a URL")
             return None
