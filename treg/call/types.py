@@ -118,10 +118,12 @@ class ResolvedTarget:
     dial: tuple[str, str, int | None] | None = None
     #: the bindings' compiled injection plan (treg/call/injection.py); None: the relay compiles one
     plan: Any = field(default=None, repr=False, compare=False)
+    #: no tool, but the project whose deny rules apply: a redirect hop carries its parent tool's
+    scope_project_id: str | None = None
 
     @property
     def project_id(self) -> str | None:
-        return self.tool.project_id if self.tool else None
+        return self.tool.project_id if self.tool else self.scope_project_id
 
     @property
     def full_url(self) -> str:
