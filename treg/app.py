@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from treg import logs, plugins
+from treg import logs, plugins, tool_urls
 from treg.capacity.signatures import load_signatures
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.factory import build_services
@@ -36,7 +36,7 @@ log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup)
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup, tool_urls.setup)
 
 
 #: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``

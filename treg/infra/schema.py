@@ -93,6 +93,8 @@ tools = Table(
     Column("allowed_member_ids", ARRAY(String(40)), nullable=True),
     _created(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    #: the whole base URL, sealed, when it carries user-info (``base_url`` then holds it masked)
+    Column("base_url_sealed", LargeBinary, nullable=True),
     UniqueConstraint("org_id", "name"),
     Index("ix_tools_org_id_host", "org_id", "host"),
 )
