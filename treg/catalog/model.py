@@ -198,6 +198,8 @@ class Endpoint:
     plugin: str = ""
     #: overflow routes to aggregators (treg.overflow.aggregator.OverflowRoute), tried in this order
     overflow: tuple[Any, ...] = ()
+    #: the durable vendor object this row acts on (treg.catalog.managed.ManagedResource), None: none
+    managed_resource: Any = None
 
     @property
     def operation(self) -> str:
