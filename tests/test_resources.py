@@ -325,3 +325,11 @@ async def test_resources_listing_auth_and_limits(two):
         r = await a.client.get("/api/v1/resources" + bad, headers=a.owner)
         body = await r.json()
         assert r.status == 400 and body["error"] in ("invalid_limit", "invalid_filter") and body["blame"] == "caller"
+
+
+async def test_the_catalog_shows_the_descriptor(two):
+    a, b, vendor, up = two
+    body = await a.api("GET", "/api/v1/catalog/endpoints/hooky.webhooks.update", expect=200)
+    assert body["managed_resource"] == {"kind": "webhook", "role": "update", "id_param": "webhook_id"}
+    body = await a.api("GET", "/api/v1/catalog/endpoints/hooky.status", expect=200)
+    assert body["managed_resource"] is None
