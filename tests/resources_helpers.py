@@ -38,6 +38,10 @@ def hooky_provider(base_url: str, **over: Any) -> dict[str, Any]:
             {"id": "hooky.webhooks.get", "method": "GET", "path": "/hooks",
              "params": [{"name": "hook", "in": "query", "required": True}], "price": {"per_call_micro": 300},
              "managed_resource": {"kind": "webhook", "role": "use", "id_param": "hook"}},
+            {"id": "hooky.webhooks.test_event", "method": "POST", "path": "/test-events",
+             "params": [{"name": "webhook_id", "in": "body", "required": True, "type": "string"}],
+             "price": {"per_call_micro": 200},
+             "managed_resource": {"kind": "webhook", "role": "use", "id_param": "webhook_id"}},
             {"id": "hooky.webhooks.delete", "method": "DELETE", "path": "/webhooks/{webhook_id}", "params": wid,
              "price": {"per_call_micro": 0},
              "managed_resource": {"kind": "webhook", "role": "delete", "id_param": "webhook_id"}},
@@ -59,6 +63,8 @@ class FakeVendor:
     fail_next: int | None = None
     force_id: str | None = None
     omit_id: bool = False
+    #: the status every DELETE answers (None: the normal behaviour)
+    delete_status: int | None = None
 
     @staticmethod
     def _json(status: int, obj: Any, reason: str = "OK") -> bytes:
@@ -93,6 +99,8 @@ class FakeVendor:
                 return self._json(200, {"data": {"id": wid, **self.objects[wid]}})
             if method == "POST" and action == "ping":
                 return self._json(200, {"pinged": wid})
+            if method == "DELETE" and self.delete_status is not None:
+                return self._json(self.delete_status, {"error": "cannot delete now"}, "Failed")
             if method == "DELETE":
                 del self.objects[wid]
                 return http_response(204, b"", reason="No Content")
@@ -101,6 +109,11 @@ class FakeVendor:
             if wid not in self.objects:
                 return self._json(404, {"error": "no such webhook"}, "Not Found")
             return self._json(200, {"data": {"id": wid, **self.objects[wid]}})
+        if method == "POST" and path == "/v1/test-events":
+            wid = json.loads(ex.body or b"{}").get("webhook_id")
+            if wid not in self.objects:
+                return self._json(404, {"error": "no such webhook"}, "Not Found")
+            return self._json(202, {"sent_to": wid}, "Accepted")
         if path == "/v1/status":
             return self._json(200, {"ok": True})
         return self._json(400, {"error": f"unexpected {method} {target}"}, "Bad Request")

@@ -333,3 +333,57 @@ async def test_the_catalog_shows_the_descriptor(two):
     assert body["managed_resource"] == {"kind": "webhook", "role": "update", "id_param": "webhook_id"}
     body = await a.api("GET", "/api/v1/catalog/endpoints/hooky.status", expect=200)
     assert body["managed_resource"] is None
+
+
+async def test_an_id_in_the_body_is_checked_too(two):
+    a, b, vendor, up = two
+    await create(a)
+    sent = len(up.exchanges)
+    r = await b.call("POST", "/catalog/call/hooky.webhooks.test_event", json={"webhook_id": "wh_1"})
+    assert r.status == 403 and (await r.json())["error"] == "resource_not_owned" and len(up.exchanges) == sent
+    r = await a.call("POST", "/catalog/call/hooky.webhooks.test_event", json={"webhook_id": "wh_1"})
+    assert r.status == 202 and await r.json() == {"sent_to": "wh_1"} and r.headers["X-Treg-Cost-Micro"] == "200"
+    assert await balance(a) == (94_800, 0) and await balance(b) == (100_000, 0)
+    await assert_holds_closed(a, [5000, 200])
+
+
+async def test_concurrent_creates_naming_one_id_record_one_owner_and_delete_nothing(two):
+    a, b, vendor, up = two
+    vendor.force_id = "wh_shared"
+    (sa, ba, _), (sb, bb, _) = await asyncio.gather(create(a), create(b))
+    assert sorted([sa, sb]) == [201, 502]
+    loser = bb if sb == 502 else ba
+    assert loser["error"] == "resource_record_failed" and loser["cleanup"] == "left_in_place"
+    assert [ex.method for ex in up.exchanges] == ["POST", "POST"]  # no cleanup delete of the winner's object
+    owners = [gw for gw in (a, b) if await listed(gw)]
+    assert len(owners) == 1 and [r["id"] for r in await listed(owners[0])] == ["wh_shared"]
+    assert sorted([(await balance(a))[0], (await balance(b))[0]]) == [95_000, 100_000]
+    for gw in (a, b):
+        assert (await balance(gw))[1] == 0
+        await assert_holds_closed(gw, [5000] if gw is owners[0] else [])
+
+
+async def test_a_reused_id_of_a_deleted_object_belongs_to_its_new_creator(two):
+    a, b, vendor, up = two
+    await create(a)
+    assert (await a.call("DELETE", delete("wh_1"))).status == 204
+    vendor.force_id = "wh_1"  # the vendor hands the freed id to B's new webhook
+    status, body, _ = await create(b)
+    assert status == 201 and body["data"]["id"] == "wh_1"
+    assert [(r["id"], r["state"]) for r in await listed(b)] == [("wh_1", "active")]
+    assert await listed(a) == []
+    sent = len(up.exchanges)
+    r = await a.call("DELETE", delete("wh_1"))  # A's old tombstone no longer authorizes a delete
+    assert r.status == 403 and len(up.exchanges) == sent and "wh_1" in vendor.objects
+
+
+async def test_a_cleanup_the_vendor_refuses_is_reported(two, caplog):
+    a, b, vendor, up = two
+    await _inject_record_fault(a.services, "wh_1")
+    vendor.delete_status = 503
+    status, body, headers = await create(a)
+    assert status == 502 and body["cleanup"] == "delete_failed" and "wh_1" not in json.dumps(body)
+    assert up.last.method == "DELETE" and "wh_1" in vendor.objects
+    assert any(r.levelname == "ERROR" and "delete_failed" in r.getMessage() for r in caplog.records)
+    assert await balance(a) == (100_000, 0)
+    await assert_holds_closed(a, [])

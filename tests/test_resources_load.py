@@ -87,7 +87,7 @@ def test_a_kind_nothing_creates_is_refused():
     def no_create(d):
         d["endpoints"] = [e for e in d["endpoints"] if e["id"] != "hooky.webhooks.create"]
     found = problems(no_create)
-    assert {row for _, row, _ in found} == {f"endpoint 'hooky.webhooks.{op}'" for op in ("update", "ping", "get",
+    assert {row for _, row, _ in found} == {f"endpoint 'hooky.webhooks.{op}'" for op in ("update", "ping", "get", "test_event",
                                                                                        "delete")}
     assert {f for _, _, f in found} == {"managed_resource.kind"}
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from treg.context import Services
 from treg.errors import BadRequest
@@ -57,12 +58,18 @@ async def record_created(svc: Services, *, org_id: str, provider: str, kind: str
     raises :class:`OwnedElsewhere`; a database failure raises as itself."""
     key = _key(provider, kind, resource_id)
     async with svc.db.tx() as tx:
+        won = await tx.fetch_one(
+            pg_insert(pr).values(provider=provider, kind=kind, resource_id=resource_id, org_id=org_id, state=ACTIVE,
+                                 tag=tag, call_id=call_id)
+            .on_conflict_do_nothing(index_elements=[pr.c.provider, pr.c.kind, pr.c.resource_id])
+            .returning(pr.c.org_id))
+        if won is not None:
+            return
+        # the id has a row (an earlier object, or a concurrent create that just committed): locked, then judged
         row = await tx.fetch_one(select(pr.c.org_id, pr.c.state, pr.c.tag).where(key).with_for_update())
-        if row is None:
-            # a concurrent create of the same id loses here on the primary key (IntegrityError): unrecorded
-            await tx.execute(insert(pr).values(provider=provider, kind=kind, resource_id=resource_id, org_id=org_id,
-                                               state=ACTIVE, tag=tag, call_id=call_id))
-        elif row["state"] == DELETED:
+        if row is None:  # only if its org was deleted in between: refuse, not guess
+            raise OwnedElsewhere(f"{provider} {kind} id vanished while recorded")
+        if row["state"] == DELETED:
             await tx.execute(update(pr).where(key).values(org_id=org_id, state=ACTIVE, tag=tag, call_id=call_id,
                                                           created_at=func.now(), updated_at=func.now()))
         elif row["org_id"] == org_id and row["tag"] == tag:
