@@ -30,6 +30,7 @@ class Owner:
 
     org_id: str
     state: str
+    #: the creating call's pin snapshot: a pin ``(name, value)`` must equal the attribute ``name``
     tag: str | None
 
 

@@ -146,7 +146,8 @@ async def check_owned(svc: Services, state: "CallState") -> None:
     if resource_id is None or len(resource_id) > store.MAX_ID:
         raise _refusal(state, m, None if resource_id is None else resource_id[:80], bool(pin))
     row = await store.owner(svc, state.target.provider or "", m.kind, resource_id)
-    mine = row is not None and row.org_id == state.ident.org_id and (not pin or row.tag == dict(pin)["tag"])
+    # every pin must match the creating call's snapshot (an unpinned call: the org alone)
+    mine = row is not None and row.org_id == state.ident.org_id and all(getattr(row, k) == v for k, v in pin)
     if not mine:
         raise _refusal(state, m, resource_id, bool(pin))  # unknown and another owner's: one answer
     assert row is not None
