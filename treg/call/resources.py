@@ -123,7 +123,7 @@ def _requested_id(state: "CallState", m: ManagedResource) -> str | None:
 def _refusal(state: "CallState", m: ManagedResource, resource_id: str | None, pinned: bool,
              own_deleted: bool = False) -> TregError:
     provider = state.target.provider if state.target else "?"
-    shown = repr(resource_id) if resource_id is not None else f"(no single {m.id_param!r})"
+    shown = repr(resource_id[:200]) if resource_id is not None else f"(no single {m.id_param!r})"
     if pinned:
         return ResourceNotFound(f"{m.kind} {shown} is not an object of this org and tag on treg's {provider} "
                                 "account (GET /api/v1/resources lists yours)", refused_by="ownership")
