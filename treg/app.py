@@ -31,6 +31,7 @@ from treg.money import reaper as money_reaper
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
+from treg.web import resources_api
 
 log = logging.getLogger("treg")
 
@@ -156,6 +157,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, openapi.routes)
     errors.add_routes(app, metrics_api.routes)
     errors.add_routes(app, capacity_api.routes)
+    errors.add_routes(app, resources_api.routes)
     errors.add_routes(app, index_routes.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)

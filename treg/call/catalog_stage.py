@@ -14,6 +14,7 @@ from treg import idempotency
 from treg.call.injection import provider_plan
 from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
+from treg.call.resources import call_pin
 from treg.call.types import CallInput, ResolvedTarget, split_query
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
@@ -60,7 +61,8 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
     extra = list(cat.required_headers)
     if cat.scope_idempotency_key and inp.idempotency_key:
         # one shared provider account: the upstream sees a digest of (org, label), never the label
-        extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key)))
+        extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key,
+                                                                         call_pin(inp))))
     return inp, ResolvedTarget(
         upstream_url=base, query=tuple(split_query(fixed_query)) + tuple(cat.query), tool=tool,
         bindings=cat.bindings, provider=cat.provider.id, credential_tier=cat.tier, endpoint_id=endpoint.id,

@@ -198,6 +198,8 @@ class Endpoint:
     plugin: str = ""
     #: overflow routes to aggregators (treg.overflow.aggregator.OverflowRoute), tried in this order
     overflow: tuple[Any, ...] = ()
+    #: the durable vendor object this row acts on (treg.catalog.managed.ManagedResource), None: none
+    managed_resource: Any = None
 
     @property
     def operation(self) -> str:
@@ -261,6 +263,7 @@ class Endpoint:
             "body_allowlist": self.body_allowlist, "spooled_response": self.spooled_response,
             "platform_blocked": self.platform_blocked, "host": self.host, "docs_url": self.docs_url,
             "query_form": self.query_form(),
+            "managed_resource": self.managed_resource.to_json() if self.managed_resource is not None else None,
         })
         return out
 

@@ -307,3 +307,25 @@ overflow_health = Table(
     Column("reason", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
+
+
+# -- owned resources (treg/call/resources.py, docs/lifecycle.md "Owned resources") ---------------------
+
+provider_resources = Table(
+    # One row per object an org created on treg's own (platform) vendor account: who may update, use or
+    # delete it there. The vendor's id is unique per (provider, kind): one owner per object.
+    "provider_resources", metadata,
+    Column("provider", String(100), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("resource_id", String(512), nullable=False),  # the vendor's id, as its answer named it
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(16), nullable=False, server_default=text("'active'")),
+    #: the creating call's pin (its X-Treg-Tag), the snapshot a pinned call must match; NULL: unpinned
+    Column("tag", String(200), nullable=True),
+    Column("call_id", String(200), nullable=False),  # the call that created it
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("provider", "kind", "resource_id"),
+    CheckConstraint("state IN ('active', 'deleted')", name="state"),
+    Index("ix_provider_resources_org_id_created_at", "org_id", "created_at"),
+)

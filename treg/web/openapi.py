@@ -129,6 +129,10 @@ SCHEMAS: dict[str, Any] = {
                           "endpoint": {"type": ["string", "null"]}, "kind": {"enum": ["balance", "quota"]},
                           "since": {"type": "string"}, "until": {"type": ["string", "null"]},
                           "strikes": {"type": "integer"}}, ("key", "provider", "kind")),
+    "Resource": _obj({"kind": {"type": "string"}, "provider": {"type": "string"}, "id": {"type": "string"},
+                      "state": {"enum": ["active", "deleted"]}, "created_at": _TIME, "updated_at": _TIME,
+                      "tag": {"type": ["string", "null"]}, "call_id": {"type": "string"}},
+                     ("kind", "provider", "id", "state", "created_at")),
     "DailyCap": _obj({"micro": _LIMIT}, ("micro",), closed=True),
     "TagBudget": _obj({"budget_micro": _LIMIT}, ("budget_micro",), closed=True),
     "MemberCap": _obj({"daily_cap_micro": _LIMIT}, ("daily_cap_micro",), closed=True),
@@ -252,6 +256,14 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         body="MemberCap", errors=("404",), params=(_path_param("member_id", "a member id"),)),
     ("GET", "/api/v1/capacity"): _op("listCapacityLocks", "the platform tier's capacity locks (owner/admin; "
                                      "docs/resilience.md)", "200", _list_of("locks", "CapacityLock")),
+    ("GET", "/api/v1/resources"): _op(
+        "listResources", "objects the org created on treg's platform vendor accounts, newest first "
+        "(docs/lifecycle.md)", "200", _list_of("resources", "Resource"),
+        params=({"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+                {"name": "state", "in": "query", "required": False, "schema": {"enum": ["active", "deleted"]}},
+                {"name": "kind", "in": "query", "required": False, "schema": {"type": "string"}},
+                {"name": "provider", "in": "query", "required": False, "schema": {"type": "string"}})),
     ("GET", "/api/v1/credits"): _op("listCredits", "the org's credit ledger, newest first (owner/admin)", "200",
                                     _list_of("grants", "Grant")),
 }
