@@ -198,6 +198,8 @@ class Endpoint:
     plugin: str = ""
     #: overflow routes to aggregators (treg.overflow.aggregator.OverflowRoute), tried in this order
     overflow: tuple[Any, ...] = ()
+    #: the archive's policy for the endpoint's answers (treg.archive.policy.ArchivePolicy); None: not archived
+    archive: Any = None
 
     @property
     def operation(self) -> str:
