@@ -178,3 +178,9 @@ def test_0010_up_down_up(pg_base):
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+def test_the_endpoint_listing_shows_its_archive(catalog):
+    assert catalog.get("people.find_free").to_json()["archive"] == {"ttl_s": 3600, "cache_price": "free",
+                                                                    "scope": "org"}
+    assert catalog.get("people.plain").to_json()["archive"] is None

@@ -263,6 +263,7 @@ class Endpoint:
             "body_allowlist": self.body_allowlist, "spooled_response": self.spooled_response,
             "platform_blocked": self.platform_blocked, "host": self.host, "docs_url": self.docs_url,
             "query_form": self.query_form(),
+            "archive": self.archive.to_json() if self.archive is not None else None,
         })
         return out
 
