@@ -79,7 +79,7 @@ async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
     target, ident = state.target, state.ident
     assert target is not None and ident is not None
     cat = target.catalog
-    policy = getattr(cat.endpoint, "archive", None) if cat is not None else None
+    policy = cat.endpoint.archive if cat is not None else None
     if policy is None or target.credential_tier not in TIERS:
         return None
     raw = state.inp.header(CONTROL)
