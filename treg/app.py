@@ -28,6 +28,8 @@ from treg.metrics import Metrics
 from treg.settings import Settings
 from treg.call import runtime as call_runtime
 from treg.money import reaper as money_reaper
+from treg.archive import store as archive_store
+from treg.results import load_classifiers
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
@@ -37,7 +39,8 @@ log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup, tool_urls.setup)
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup, tool_urls.setup,
+                               archive_store.setup)
 
 
 #: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
@@ -106,6 +109,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     warn_unknown_anonymous(catalog, settings)
     # capacity signatures name catalog providers: validated right after it, a bad row stops startup too
     signatures = load_signatures(pm, catalog)
+    classifiers = load_classifiers(pm, catalog)  # rows name catalog endpoints: a bad row stops startup too
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
@@ -131,6 +135,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         # read by the pipeline once it is wired (docs/resilience.md "Not yet wired")
         svc.capacity_signatures = signatures
         svc.aggregators = aggregators
+        svc.result_classifiers = classifiers
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)

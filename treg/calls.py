@@ -21,7 +21,7 @@ DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.ups
                                  calls.c.tool_name, calls.c.provider, calls.c.endpoint_id, calls.c.error_code,
                                  calls.c.blame, calls.c.hold_state, calls.c.tag, calls.c.request_bytes,
                                  calls.c.response_bytes, calls.c.ttfb_ms, calls.c.failure_kind,
-                                 calls.c.parent_call_id)
+                                 calls.c.parent_call_id, calls.c.result_state, calls.c.cache_state)
 MAX_LIMIT = 500
 
 

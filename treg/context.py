@@ -27,6 +27,7 @@ from treg.memo import BoundedMemo
 from treg.capacity.signatures import SignatureRegistry
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
+from treg.results import ClassifierRegistry
 from treg.settings import Settings
 
 if TYPE_CHECKING:
@@ -97,3 +98,5 @@ class Services:
     capacity_signatures: SignatureRegistry = field(default_factory=SignatureRegistry.empty)
     #: overflow aggregators by name (treg.overflow), collected once at startup
     aggregators: Mapping[str, Aggregator] = field(default_factory=dict)
+    #: result classifiers by endpoint id (treg.results), collected once at startup
+    result_classifiers: ClassifierRegistry = field(default_factory=ClassifierRegistry.empty)

@@ -3,13 +3,13 @@
 Existing rows are sealed by treg at startup (treg/tool_urls.py seal_legacy): a migration has no key.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0010
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0011'
-down_revision = '0008'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 

@@ -51,7 +51,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         t.endpoint_id if t else None, refused_by, error_code, blame,
         t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
-        error_request, error_response, failure_kind, inp.parent_call_id)
+        error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state)
 
 
 def request_evidence(state: "CallState") -> dict[str, Any] | None:
@@ -82,6 +82,7 @@ def audit(svc: Services, rec: CallRecord) -> None:
         "provider": rec.provider, "endpoint_id": rec.endpoint_id, "credential_tier": rec.credential_tier,
         "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
         "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
+        "result_state": rec.result_state, "cache_state": rec.cache_state,
     }))
 
 

@@ -12,7 +12,7 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import intake, record, relay, reserve, resolve, resources, settle
+from treg.call import archive, intake, record, relay, reserve, resolve, resources, settle
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -33,6 +33,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
         if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
             return replay
+        if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
+            return stored
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
         state.resp = await relay.send(svc, state)  # ... vetted and sent
         return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row

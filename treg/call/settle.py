@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, redirects, resources
+from treg.call import archive, catalog_stage, encodings, evidence, headers as hdr, metered, redirects, resources
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -49,7 +49,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             spooled = await metered.spool_answer(resp, svc.spool_budget)
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
-                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)),
+                          *spool_evidence_paths(svc.pm, target.catalog.endpoint),
+                          *archive.classifier_paths(svc, target.endpoint_id)),
                 encodings.codings(resp.headers))
             data = b""
         else:
@@ -69,6 +70,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await state.close_money(svc)
+        await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)
     except BaseException:
         if spooled is not None:
             spooled.close()  # the spool file; the call's own unwind is the caller's
@@ -77,6 +79,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     out_headers = list(relayed)
     out_headers.append(("Content-Length", str(length)))
     out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
+    out_headers += archive.answer_headers(state)
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 
     async def body() -> AsyncIterator[bytes]:
@@ -100,7 +103,7 @@ def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, st
 
 
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
-    body = resp.body
+    body = await archive.read_for_archive(svc, state, resp)  # resp.body, unless the archive reads it first
     err_head: tuple[bytes, bool] | None = None
     if resp.status >= 400 and resp.whole is not None:
         err_head = (resp.whole[:evidence.RESPONSE_HEAD_MAX], len(resp.whole) > evidence.RESPONSE_HEAD_MAX)
@@ -114,6 +117,7 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
         out_headers = _treg_locations(svc, state, out_headers)
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
+    out_headers += archive.answer_headers(state)
     index = resp.index
     cl = index.get("content-length")
     return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),

@@ -168,3 +168,5 @@ class CallRecord(NamedTuple):
     error_response: dict[str, Any] | None = None
     failure_kind: str | None = None
     parent_call_id: str | None = None
+    result_state: str | None = None
+    cache_state: str | None = None

@@ -25,6 +25,7 @@ from treg.catalog import managed as managed_rows
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
+from treg.archive import policy as archive_policy
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, call_hook
 
@@ -53,7 +54,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow", "managed_resource"})
+                           "overflow", "managed_resource", "archive"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -360,10 +361,12 @@ class _Loader:
         overflow = self._overflow(plugin, row, data.get("overflow"), method)
         managed = managed_rows.check_descriptor(add, plugin, row, data.get("managed_resource"), params=params,
                                                 spooled=flags["spooled_response"])
+        archive = archive_policy.check_row(data.get("archive"), method, price, flags["spooled_response"],
+                                           lambda field, message: add(plugin, row, field, message))
 
         if len(self.c.problems) > before or price is None:
             return None
-        ep = Endpoint(overflow=overflow, id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
+        ep = Endpoint(overflow=overflow, archive=archive, id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
                       capability=capability, status=status, status_note=data.get("status_note"),
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
                       description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,

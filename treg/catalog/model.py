@@ -200,6 +200,8 @@ class Endpoint:
     overflow: tuple[Any, ...] = ()
     #: the durable vendor object this row acts on (treg.catalog.managed.ManagedResource), None: none
     managed_resource: Any = None
+    #: the archive's policy for the endpoint's answers (treg.archive.policy.ArchivePolicy); None: not archived
+    archive: Any = None
 
     @property
     def operation(self) -> str:
@@ -264,6 +266,7 @@ class Endpoint:
             "platform_blocked": self.platform_blocked, "host": self.host, "docs_url": self.docs_url,
             "query_form": self.query_form(),
             "managed_resource": self.managed_resource.to_json() if self.managed_resource is not None else None,
+            "archive": self.archive.to_json() if self.archive is not None else None,
         })
         return out
 

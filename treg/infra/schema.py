@@ -145,6 +145,10 @@ calls = Table(
     Column("failure_kind", String(32), nullable=True),
     # the call this one continues (a followed redirect, a routed endpoint's child)
     Column("parent_call_id", String(40), nullable=True),
+    # the result classifier's verdict on a buffered 2xx (hit | miss | unknown) and what the archive did
+    # (hit | stored | miss); NULL: no classifier, no archive (migration 0010)
+    Column("result_state", String(16), nullable=True),
+    Column("cache_state", String(16), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)
@@ -328,4 +332,19 @@ provider_resources = Table(
     PrimaryKeyConstraint("provider", "kind", "resource_id"),
     CheckConstraint("state IN ('active', 'deleted')", name="state"),
     Index("ix_provider_resources_org_id_created_at", "org_id", "created_at"),
+# -- the archive of catalog answers (treg/archive, docs/lifecycle.md) -----------------------------------
+
+archive_entries = Table(
+    # One stored 2xx catalog answer per key: a digest of (endpoint, method, sorted query, body hash, org),
+    # never of a credential. org_id NULL: a `scope: global` entry shared by every org.
+    "archive_entries", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("endpoint", String(200), nullable=False),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=True),
+    Column("status", Integer, nullable=False),
+    Column("content_type", String(300), nullable=True),
+    Column("body", LargeBinary, nullable=False),
+    Column("stored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_archive_entries_expires_at", "expires_at"),
 )
