@@ -332,6 +332,9 @@ provider_resources = Table(
     PrimaryKeyConstraint("provider", "kind", "resource_id"),
     CheckConstraint("state IN ('active', 'deleted')", name="state"),
     Index("ix_provider_resources_org_id_created_at", "org_id", "created_at"),
+)
+
+
 # -- the archive of catalog answers (treg/archive, docs/lifecycle.md) -----------------------------------
 
 archive_entries = Table(
