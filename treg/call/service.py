@@ -12,7 +12,7 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import intake, record, relay, reserve, resolve, settle
+from treg.call import intake, jobs, record, relay, reserve, resolve, settle
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -30,6 +30,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         inp, target = await resolve.resolve_target(svc, ident, state.inp)  # 2 resolve: tool or catalog endpoint
         state.inp, state.target = inp, target
         await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
+        await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
         if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
             return replay
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,

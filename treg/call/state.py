@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money
 from treg.call import evidence
@@ -60,6 +60,10 @@ class CallState:
     cost_micro: int = 0
     #: the audit row is queued (an exceptional exit records the call once, whichever path saw it first)
     audited: bool = False
+    #: the audit row's kind (None: an ordinary call; async_submit / async_poll / async_fetch)
+    kind: str | None = None
+    #: the owned async job a platform-tier poll or fetch reads (treg/call/jobs.py), else None
+    job: Any = None
 
     #: the audit row (treg/call/record.py)
     record = call_record

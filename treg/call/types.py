@@ -166,3 +166,4 @@ class CallRecord(NamedTuple):
     error_response: dict[str, Any] | None = None
     failure_kind: str | None = None
     parent_call_id: str | None = None
+    kind: str | None = None

@@ -24,6 +24,7 @@ from treg.bindings import Binding, Injector, format_fields
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
+from treg.jobs.spec import link_utilities, parse_submission
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, call_hook
 
@@ -52,7 +53,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow"})
+                           "overflow", "async"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -357,13 +358,15 @@ class _Loader:
                 f"{list(provider.catalog_hosts)}")
 
         overflow = self._overflow(plugin, row, data.get("overflow"), method)
+        async_job = parse_submission(add, plugin, row, data.get("async"), spooled=flags["spooled_response"])
 
         if len(self.c.problems) > before or price is None:
             return None
         ep = Endpoint(overflow=overflow, id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
                       capability=capability, status=status, status_note=data.get("status_note"),
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
-                      description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin, **flags)
+                      description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,
+                      async_job=async_job, **flags)
         self.endpoints[eid] = ep
         return ep
 
@@ -627,6 +630,7 @@ class _Loader:
             elif ep.superseded_by not in self.endpoints:
                 self.c.add(ep.plugin, f"endpoint {ep.id!r}", "superseded_by",
                            f"{ep.superseded_by!r} is not an endpoint of the catalog")
+        self.endpoints.update(link_utilities(self.c.add, self.endpoints))  # async jobs: treg/jobs/spec.py
         if self.c.problems:
             raise CatalogError(self.c.problems)
         return CatalogRegistry.build(self.providers.values(), self.endpoints.values())

@@ -198,6 +198,9 @@ class Endpoint:
     plugin: str = ""
     #: overflow routes to aggregators (treg.overflow.aggregator.OverflowRoute), tried in this order
     overflow: tuple[Any, ...] = ()
+    #: the row's ``async`` descriptor (treg.jobs.spec.Submission), or, on the poll/fetch endpoint a
+    #: descriptor names, that role (treg.jobs.spec.Utility); None: neither (docs/lifecycle.md)
+    async_job: Any = None
 
     @property
     def operation(self) -> str:
@@ -261,6 +264,7 @@ class Endpoint:
             "body_allowlist": self.body_allowlist, "spooled_response": self.spooled_response,
             "platform_blocked": self.platform_blocked, "host": self.host, "docs_url": self.docs_url,
             "query_form": self.query_form(),
+            "async": self.async_job.to_json() if self.async_job is not None else None,
         })
         return out
 

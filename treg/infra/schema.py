@@ -143,6 +143,8 @@ calls = Table(
     Column("failure_kind", String(32), nullable=True),
     # the call this one continues (a followed redirect, a routed endpoint's child)
     Column("parent_call_id", String(40), nullable=True),
+    # what kind of call: NULL an ordinary one; async_submit, async_poll, async_fetch (docs/lifecycle.md)
+    Column("kind", String(16), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)
@@ -304,4 +306,34 @@ overflow_health = Table(
     Column("until", DateTime(timezone=True), nullable=False),
     Column("reason", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+
+# -- async jobs (treg/jobs, docs/lifecycle.md "Async jobs") --------------------------------------------
+
+async_jobs = Table(
+    # One vendor job started on a platform-tier submission: who owns it (org, provider), the hold it keeps
+    # open (the submission's call id) until a poll reads a terminal status, and the fetch ids learned.
+    "async_jobs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", String(40), nullable=True),
+    Column("provider", String(64), nullable=False),
+    Column("endpoint_id", String(200), nullable=False),  # the submission
+    Column("task_id", String(500), nullable=False),
+    Column("call_id", String(200), nullable=False, unique=True),  # the submission's call (= its hold's id)
+    # the utilities that may read it, frozen at submission (a later catalog change cannot widen them)
+    Column("poll_endpoint", String(200), nullable=False),
+    Column("fetch_endpoint", String(200), nullable=True),
+    Column("state", String(16), nullable=False, server_default=text("'pending'")),
+    Column("fetch_ids", ARRAY(String(500)), nullable=False, server_default=text("'{}'")),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_polled_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name="state"),
+    # one vendor account: a task id names one job; the ownership lookup is (provider, task_id) then org
+    UniqueConstraint("provider", "task_id"),
+    Index("ix_async_jobs_fetch_ids", "fetch_ids", postgresql_using="gin"),
+    Index("ix_async_jobs_org_id_created_at", "org_id", "created_at"),
 )
