@@ -1,7 +1,7 @@
 """Helpers (no tests here) for tests/test_async_jobs.py: a fake async-job vendor on 127.0.0.1 and the
 third-party plugin file declaring it (loaded through TREG_PLUGINS_DIR, no core edit).
 
-The vendor ("vidgen", one shared account): ``POST /v1/videos`` and ``POST /v1/render`` start a job and
+The vendor ("vidgen", one shared account): ``POST /v1/videos``, ``/v1/render`` and ``/v1/thumbs`` start a job and
 answer ``{"data": {"task_id": "t<n>"}}`` (``{"reject": true}`` in the body: a 200 with no task id);
 ``GET /v1/tasks/<id>`` answers the job's status as a test set it, with ``result.file_id`` and, once
 given, ``usage.seconds``; ``GET /v1/files/<file id>`` serves the job's bytes, honouring ``Range``.
@@ -37,6 +37,8 @@ def treg_register_providers():
             {{"id": "vidgen.render", "method": "POST", "path": "/render", "params": [],
               "price": {{"usage": [{{"path": "usage.seconds", "micro_per_unit": 100}}], "estimate_micro": 9000}},
               "async": ASYNC}},
+            {{"id": "vidgen.thumbs.create", "method": "POST", "path": "/thumbs", "params": [],
+              "price": {{"per_call_micro": 700}}, "async": dict(ASYNC, price_on="submit")}},
             {{"id": "vidgen.tasks.get", "method": "GET", "path": "/tasks/{{id}}",
               "params": [{{"name": "id", "in": "path"}}], "price": {{"per_call_micro": 0}}}},
             {{"id": "vidgen.files.get", "method": "GET", "path": "/files/{{id}}",
@@ -76,7 +78,7 @@ class Vendor:
     def respond(self, ex: Exchange) -> bytes:
         method, target = ex.method, ex.target
         path = target.partition("?")[0]
-        if method == "POST" and path in ("/v1/videos", "/v1/render"):
+        if method == "POST" and path in ("/v1/videos", "/v1/render", "/v1/thumbs"):
             body: Any = json.loads(ex.body or b"{}")
             if body.get("reject"):
                 return _json(200, {"queued": False})

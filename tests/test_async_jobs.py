@@ -155,6 +155,20 @@ async def test_a_usage_price_reads_the_done_poll(world):
     assert [(h["state"], h["settled_micro"]) for h in books["holds"]] == [("settled", 4200)]
 
 
+async def test_price_on_submit_charges_at_once_and_the_job_is_still_owned(world):
+    w = world
+    r = await w.submit(path="/catalog/call/vidgen.thumbs.create")
+    assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == "700"
+    task = json.loads(r.headers["X-Treg-Async"])["task_id"]
+    assert (await w.detail(r.headers["X-Treg-Call-Id"]))["hold_state"] == "settled"
+    assert (await w.poll(task, w.b)).status == 403  # still org A's job
+    w.vendor.job(task).status = "completed"
+    assert (await w.poll(task)).status == 200
+    assert (await w.detail(r.headers["X-Treg-Call-Id"]))["async"]["state"] == "done"
+    bal = await w.balance()
+    assert bal["balance_micro"] == 100_000 - 700 and bal["held_micro"] == 0
+
+
 async def test_concurrent_done_polls_settle_exactly_once(world):
     w = world
     call_id, task = await _submitted(w)
