@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from async_vendor import PLATFORM_KEY, Vendor, write_plugin
 from test_money_helpers import check_books
-from treg import money, tenancy
+from treg import hookimpl, money, tenancy
 from treg.infra.schema import async_jobs, holds
 from treg.keys import SERVICES
 from treg.money import reaper
@@ -23,9 +23,19 @@ SUBMIT = "/catalog/call/vidgen.videos.create"
 RENDER = "/catalog/call/vidgen.render"
 
 
+class Events:
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    @hookimpl
+    def treg_event(self, event) -> None:
+        if event.name == "tool_called":
+            self.seen.append(event.props)
+
+
 class World:
-    def __init__(self, a: Gateway, b: Gateway, vendor: Vendor, up) -> None:
-        self.a, self.b, self.vendor, self.up = a, b, vendor, up
+    def __init__(self, a: Gateway, b: Gateway, vendor: Vendor, up, events: Events | None = None) -> None:
+        self.a, self.b, self.vendor, self.up, self.events = a, b, vendor, up, events
 
     @property
     def svc(self):
@@ -57,17 +67,17 @@ class World:
 
 @pytest.fixture
 async def world(aiohttp_client, make_app, tmp_path):
-    vendor = Vendor()
+    vendor, events = Vendor(), Events()
     async with raw_upstream(vendor.respond) as up:
-        app = make_app(plugins_dir=write_plugin(tmp_path / "plugins", up.url + "/v1"), ssrf_allow=("127.0.0.0/8",),
-                       platform={"TREG_PLATFORM_KEY_VIDGEN": SecretStr(PLATFORM_KEY)})
+        app = make_app((events,), plugins_dir=write_plugin(tmp_path / "plugins", up.url + "/v1"),
+                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_VIDGEN": SecretStr(PLATFORM_KEY)})
         client = await aiohttp_client(app)
         svc = client.app[SERVICES]
         a = Gateway(client, await tenancy.create_org(svc, slug="org-a", email="a@a.test"))
         b = Gateway(client, await tenancy.create_org(svc, slug="org-b", email="b@b.test"))
         for gw in (a, b):
             await money.grant(svc, org_id=gw.org["org_id"], amount_micro=100_000, actor="test")
-        yield World(a, b, vendor, up)
+        yield World(a, b, vendor, up, events)
         await client.close()
 
 
@@ -121,6 +131,7 @@ async def test_submission_leaves_the_hold_open_then_a_done_poll_settles_it_once(
     assert (await w.a.api("GET", "/api/v1/calls?kind=bogus", expect=400))["error"] == "invalid_filter"
     books = await check_books(w.svc, w.a.org["org_id"])
     assert [(h["id"], h["state"], h["settled_micro"]) for h in books["holds"]] == [(call_id, "settled", 5000)]
+    assert [e["kind"] for e in w.events.seen] == ["async_submit"] + ["async_poll"] * 4
 
 
 async def test_a_failed_job_releases_the_hold(world):

@@ -83,6 +83,7 @@ def audit(svc: Services, rec: CallRecord) -> None:
         "provider": rec.provider, "endpoint_id": rec.endpoint_id, "credential_tier": rec.credential_tier,
         "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
         "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
+        "kind": rec.kind,
     }))
 
 
