@@ -1,13 +1,13 @@
 """provider_resources: the objects each org created on treg's platform vendor accounts (owned resources)
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0008'
-down_revision = '0005'
+down_revision = '0007'
 branch_labels = None
 depends_on = None
 

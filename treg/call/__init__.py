@@ -6,7 +6,9 @@
    the edge left pending (the aiohttp half is ``treg/web/call.py``).
 2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``,
    ``org_tools.py``), a catalog endpoint (``catalog_stage.py``) or a sealed redirect (``redirects.py``).
-3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes.
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then
+   ``jobs.py``: a platform-tier poll or fetch reads only the caller's org's async jobs (and, in
+   settle, a submission's hold is left to its job).
 4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
 5. ``relay.py`` — the exact upstream request with its credentials injected (``injection.py``),
    its destination vetted, sent.

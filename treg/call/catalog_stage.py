@@ -98,10 +98,13 @@ def final_miss(svc: Services, name: str) -> TregError | None:
     return lookup.named_miss_error(svc.catalog, name)
 
 
-def tier_headers(target: ResolvedTarget | None, cost_micro: int = 0) -> dict[str, str]:
-    """Every answer of a catalog call that reached the ladder carries its tier and cost."""
+def tier_headers(target: ResolvedTarget | None, cost_micro: int = 0, *, cost: bool = True) -> dict[str, str]:
+    """Every answer of a catalog call that reached the ladder carries its tier and cost (``cost`` False:
+    not known yet, an async submission's hold is still open)."""
     if target is None or target.catalog is None:
         return {}
+    if not cost:
+        return {"X-Treg-Credential-Tier": str(target.credential_tier)}
     return {"X-Treg-Credential-Tier": str(target.credential_tier), "X-Treg-Cost-Micro": str(int(cost_micro))}
 
 

@@ -12,7 +12,7 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import archive, intake, record, relay, reserve, resolve, resources, settle
+from treg.call import archive, intake, jobs, record, relay, reserve, resolve, resources, settle
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -31,6 +31,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         state.inp, state.target = inp, target
         await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
         await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
+        await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
         if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
             return replay
         if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor

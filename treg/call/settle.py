@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import archive, catalog_stage, encodings, evidence, headers as hdr, metered, redirects, resources
+from treg.call import (archive, catalog_stage, encodings, evidence, headers as hdr, jobs, metered, redirects,
+                       resources)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -26,7 +27,8 @@ from treg.plugins import spool_evidence_paths
 async def settle(svc: Services, state: CallState) -> CallOutcome:
     resp = state.resp
     assert resp is not None
-    if state.hold is not None or resources.read_whole(state):  # an owned object's answer: read whole too
+    # read whole too: an owned object's answer, an async submission or owned poll
+    if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state):
         return await _metered_outcome(svc, state, resp)
     if state.claim is not None:
         # a free streamed read is not stored for replay: the label goes back so a retry fetches again
@@ -58,6 +60,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
             answer = await metered.answer_evidence(data, resp.headers) if ok else None
         await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
+        relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
         if state.claim is not None:
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again
@@ -78,7 +81,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     length = spooled.size if spooled is not None else len(data)
     out_headers = list(relayed)
     out_headers.append(("Content-Length", str(length)))
-    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
+    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro, cost=not jobs.deferred(state)).items())
     out_headers += archive.answer_headers(state)
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 

@@ -64,6 +64,10 @@ class CallState:
     archive: Any = None
     result_state: str | None = None
     cache_state: str | None = None
+    #: the audit row's kind (None: an ordinary call; async_submit / async_poll / async_fetch)
+    kind: str | None = None
+    #: the owned async job a platform-tier poll or fetch reads (treg/call/jobs.py), else None
+    job: Any = None
 
     #: the audit row (treg/call/record.py)
     record = call_record

@@ -170,3 +170,4 @@ class CallRecord(NamedTuple):
     parent_call_id: str | None = None
     result_state: str | None = None
     cache_state: str | None = None
+    kind: str | None = None

@@ -26,6 +26,7 @@ from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
 from treg.archive import policy as archive_policy
+from treg.jobs.spec import link_utilities, parse_submission
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, call_hook
 
@@ -54,7 +55,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow", "managed_resource", "archive"})
+                           "overflow", "managed_resource", "archive", "async"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -363,14 +364,15 @@ class _Loader:
                                                 spooled=flags["spooled_response"])
         archive = archive_policy.check_row(data.get("archive"), method, price, flags["spooled_response"],
                                            lambda field, message: add(plugin, row, field, message))
+        async_job = parse_submission(add, plugin, row, data.get("async"), spooled=flags["spooled_response"])
 
         if len(self.c.problems) > before or price is None:
             return None
-        ep = Endpoint(overflow=overflow, archive=archive, id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
+        ep = Endpoint(id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
                       capability=capability, status=status, status_note=data.get("status_note"),
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
                       description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,
-                      managed_resource=managed, **flags)
+                      overflow=overflow, managed_resource=managed, archive=archive, async_job=async_job, **flags)
         self.endpoints[eid] = ep
         return ep
 
@@ -635,6 +637,7 @@ class _Loader:
                 self.c.add(ep.plugin, f"endpoint {ep.id!r}", "superseded_by",
                            f"{ep.superseded_by!r} is not an endpoint of the catalog")
         managed_rows.check_kinds(self.c.add, self.endpoints.values())
+        self.endpoints.update(link_utilities(self.c.add, self.endpoints))  # async jobs: treg/jobs/spec.py
         if self.c.problems:
             raise CatalogError(self.c.problems)
         return CatalogRegistry.build(self.providers.values(), self.endpoints.values())

@@ -202,6 +202,9 @@ class Endpoint:
     managed_resource: Any = None
     #: the archive's policy for the endpoint's answers (treg.archive.policy.ArchivePolicy); None: not archived
     archive: Any = None
+    #: the row's ``async`` descriptor (treg.jobs.spec.Submission), or, on the poll/fetch endpoint a
+    #: descriptor names, that role (treg.jobs.spec.Utility); None: neither (docs/lifecycle.md)
+    async_job: Any = None
 
     @property
     def operation(self) -> str:
@@ -267,6 +270,7 @@ class Endpoint:
             "query_form": self.query_form(),
             "managed_resource": self.managed_resource.to_json() if self.managed_resource is not None else None,
             "archive": self.archive.to_json() if self.archive is not None else None,
+            "async": self.async_job.to_json() if self.async_job is not None else None,
         })
         return out
 

@@ -149,6 +149,8 @@ calls = Table(
     # (hit | stored | miss); NULL: no classifier, no archive (migration 0010)
     Column("result_state", String(16), nullable=True),
     Column("cache_state", String(16), nullable=True),
+    # what kind of call: NULL an ordinary one; async_submit, async_poll, async_fetch (docs/lifecycle.md)
+    Column("kind", String(16), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)
@@ -350,4 +352,34 @@ archive_entries = Table(
     Column("stored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     Index("ix_archive_entries_expires_at", "expires_at"),
+)
+
+
+# -- async jobs (treg/jobs, docs/lifecycle.md "Async jobs") --------------------------------------------
+
+async_jobs = Table(
+    # One vendor job started on a platform-tier submission: who owns it (org, provider), the hold it keeps
+    # open (the submission's call id) until a poll reads a terminal status, and the fetch ids learned.
+    "async_jobs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", String(40), nullable=True),
+    Column("provider", String(64), nullable=False),
+    Column("endpoint_id", String(200), nullable=False),  # the submission
+    Column("task_id", String(500), nullable=False),
+    Column("call_id", String(200), nullable=False, unique=True),  # the submission's call (= its hold's id)
+    # the utilities that may read it, frozen at submission (a later catalog change cannot widen them)
+    Column("poll_endpoint", String(200), nullable=False),
+    Column("fetch_endpoint", String(200), nullable=True),
+    Column("state", String(16), nullable=False, server_default=text("'pending'")),
+    Column("fetch_ids", ARRAY(String(500)), nullable=False, server_default=text("'{}'")),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_polled_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name="state"),
+    # one vendor account: a task id names one job; the ownership lookup is (provider, task_id) then org
+    UniqueConstraint("provider", "task_id"),
+    Index("ix_async_jobs_fetch_ids", "fetch_ids", postgresql_using="gin"),
+    Index("ix_async_jobs_org_id_created_at", "org_id", "created_at"),
 )
