@@ -289,3 +289,22 @@ async def test_the_call_surface_and_a_replayed_failure_is_not_stored(routed):
     assert r.status == 200 and r.headers["X-Treg-Routed-To"] == "alpha.find"
     assert "X-Treg-Idempotent-Replay" not in r.headers
     await assert_money(gw, ALPHA)
+
+
+async def test_mcp_lists_and_calls_the_routed_endpoint(routed):
+    from mcp_helpers import Mcp
+
+    gw, v = routed
+    v.status["alpha"] = 500
+    found = (await Mcp(gw).call("catalog_search", {"capability": "people.find"}))["structuredContent"]["endpoints"]
+    row = next(e for e in found if e["id"] == "treg.people.find")
+    assert row["kind"] == "routed" and row["credential_tier"] == "platform"
+    assert [(c["id"], c["callable"]) for c in row["children"]] == [
+        ("alpha.find", True), ("gamma.find", False), ("beta.find", True)]
+    result = await Mcp(gw).call("catalog_call", {"endpoint": "treg.people.find", "params": {"q": "ada"}})
+    out = result["structuredContent"]
+    assert out["status"] == 200 and out["cost_micro"] == BETA and out["credential_tier"] == "platform"
+    assert out["body"]["output"]["vendor"] == "beta" and out["body"]["_treg"]["endpoint"] == "beta.find"
+    kids = await children_of(gw, out["call_id"])
+    assert [k["endpoint_id"] for k in kids] == ["alpha.find", "beta.find"]
+    await assert_money(gw, BETA)
