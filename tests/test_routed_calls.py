@@ -308,3 +308,39 @@ async def test_mcp_lists_and_calls_the_routed_endpoint(routed):
     kids = await children_of(gw, out["call_id"])
     assert [k["endpoint_id"] for k in kids] == ["alpha.find", "beta.find"]
     await assert_money(gw, BETA)
+
+
+async def test_a_cancelled_routed_call_releases_every_open_hold(routed):
+    import asyncio
+
+    from treg.call import service
+    from treg.call.types import CallInput
+    from treg.ids import new_id
+
+    gw, v = routed
+    v.status["alpha"] = 500
+    beta_asked, done = asyncio.Event(), asyncio.Event()
+
+    async def stall(ex):
+        beta_asked.set()
+        await asyncio.wait_for(done.wait(), 30)
+
+    v.on_answer["beta"] = stall
+    inp = CallInput(call_id=new_id("call"), surface="catalog", method="GET", rest="treg.people.find",
+                    raw_query="q=ada", headers=(), token=gw.org["token"], org_hint=None, body=None,
+                    content_length=None)
+    task = asyncio.create_task(service.execute(gw.services, inp))
+    await asyncio.wait_for(beta_asked.wait(), 10)
+    assert sorted(h["state"] for h in (await holds_of(gw)).values()) == ["held", "held"]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):  # the unwinds are shielded: they finish even though the task was cancelled
+        if all(h["state"] != "held" for h in (await holds_of(gw)).values()):
+            break
+        await asyncio.sleep(0.02)
+    await assert_money(gw, 0)
+    kids = await children_of(gw, inp.call_id)
+    assert {(k["endpoint_id"], k["outcome"], k["hold_state"]) for k in kids} == {
+        ("alpha.find", "upstream_error", "released"), ("beta.find", "cancelled", "released")}
+    done.set()
