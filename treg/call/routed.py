@@ -42,6 +42,7 @@ from treg.context import Services
 from treg.errors import GatewayFailed, TregError
 from treg.frozen import frozen_value
 from treg.ids import new_id
+from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +246,45 @@ def _answer(won: _Won, output: Any, cost: int, attempts: list[Attempt]) -> tuple
     return body, headers
 
 
+async def _route(svc: Services, execute: Execute, inp: CallInput, ident: Identity, plan: RoutedPlan,
+                 closes: DeferredCloses, finishes: _Finishes, attempts: list[Attempt]) -> _Won | None:
+    """The children in order until one answers 2xx (None: none did); each appended to ``attempts``."""
+    creds = await load_org_credentials(svc, ident, plan.provider_ids)
+    for ep, provider in plan.children:
+        if offer_tier(provider, ep, creds, svc.settings) is None:
+            attempts.append(Attempt(ep.id, None, "no_credential"))
+            continue
+        attempt, won = await _try_child(svc, execute, inp, ep.id, closes, finishes)
+        attempts.append(attempt)
+        if won is not None:
+            return won
+    return None
+
+
+def _exhausted(endpoint_id: str, attempts: list[Attempt]) -> GatewayFailed:
+    tried = "; ".join(f"{a.endpoint}: {a.error} ({a.status if a.status is not None else 'skipped'})"
+                      for a in attempts)
+    return GatewayFailed(f"every child of {endpoint_id} failed; nothing was charged ({tried})",
+                         code="route_exhausted", attempts=[a.to_json() for a in attempts],
+                         headers={"X-Treg-Cost-Micro": "0"})
+
+
+def _finisher(svc: Services, state: CallState) -> Callable[[int, BaseException | None], None]:
+    """The routed answer's ``finish``: the routed call's own audit row, once."""
+    def finish(sent: int, error: BaseException | None) -> None:
+        if state.audited:
+            return
+        state.audited = True
+        outcome = "ok" if error is None else (
+            "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error")
+        audit(svc, state.record(outcome=outcome, status=200, response_bytes=sent,
+                                request_bytes=state.inp.content_length))
+    return finish
+
+
 async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
-    """The routed call of ``state`` (resolved, identified): its children in order, then one answer."""
+    """The routed call of ``state`` (resolved, identified): its children in order, then one answer.
+    A failure raises (the pipeline's one exit records it and gives the label back)."""
     target, ident = state.target, state.ident
     assert target is not None and ident is not None
     plan: RoutedPlan = target.routed
@@ -261,23 +299,10 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
     closes, finishes = DeferredCloses(), _Finishes()
     attempts: list[Attempt] = []
     try:
-        creds = await load_org_credentials(svc, ident, plan.provider_ids)
-        won: _Won | None = None
-        for ep, provider in plan.children:
-            if offer_tier(provider, ep, creds, svc.settings) is None:
-                attempts.append(Attempt(ep.id, None, "no_credential"))
-                continue
-            attempt, won = await _try_child(svc, execute, inp, ep.id, closes, finishes)
-            attempts.append(attempt)
-            if won is not None:
-                break
+        won = await _route(svc, execute, inp, ident, plan, closes, finishes, attempts)
         if won is None:
             await closes.close(svc, None)
-            tried = "; ".join(f"{a.endpoint}: {a.error} ({a.status})" if a.status is not None
-                              else f"{a.endpoint}: {a.error} (skipped)" for a in attempts)
-            raise GatewayFailed(f"every child of {endpoint_id} failed; nothing was charged ({tried})",
-                                code="route_exhausted", attempts=[a.to_json() for a in attempts],
-                                headers={"X-Treg-Cost-Micro": "0"})
+            raise _exhausted(endpoint_id, attempts)
         output = await _output(won.data, won.outcome.headers)
         expected = closes.charge_of(won.call_id)
         body, headers = _answer(won, output, expected, attempts)
@@ -294,18 +319,8 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
         await closes.release_all(svc)
         raise
     finally:
-        finishes.run()
+        finishes.run()  # the children's rows, now that their holds are closed
     state.target = replace(target, credential_tier=won.tier)
     state.cost_micro = cost
     state.hold_state = settled.hold_state if settled is not None else None
-
-    def finish(sent: int, error: BaseException | None) -> None:
-        if state.audited:
-            return
-        state.audited = True
-        outcome = "ok" if error is None else (
-            "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error")
-        audit(svc, state.record(outcome=outcome, status=200, response_bytes=sent,
-                                request_bytes=state.inp.content_length))
-
-    return _outcome(200, headers, body, finish)
+    return _outcome(200, headers, body, _finisher(svc, state))
