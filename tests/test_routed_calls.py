@@ -83,10 +83,11 @@ async def holds_of(gw) -> dict[str, dict[str, Any]]:
 
 
 async def children_of(gw, routed_id: str) -> list[dict[str, Any]]:
+    """The child calls' audit rows, by endpoint id (rows of one batch share created_at: no order there)."""
     await gw.services.audit.flush()
     async with gw.services.db.tx() as tx:
         return await tx.fetch_all("SELECT id, endpoint_id, status, outcome, cost_micro, hold_state, error_code "
-                                  "FROM calls WHERE parent_call_id = %(p)s ORDER BY created_at, id", {"p": routed_id})
+                                  "FROM calls WHERE parent_call_id = %(p)s ORDER BY endpoint_id", {"p": routed_id})
 
 
 async def assert_money(gw, charged: int) -> None:
