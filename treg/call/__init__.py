@@ -16,4 +16,7 @@
    other relayed as it arrives (``metered.py``, ``encodings.py``).
 7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
    ``audit.py``), and the one exit that unwinds and records every failure.
+
+A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
+child call each, and closes the holds their settle stages left open.
 """

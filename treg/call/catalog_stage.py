@@ -42,6 +42,9 @@ async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tu
 
 async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: Endpoint,
                      surface: str) -> tuple[CallInput, ResolvedTarget]:
+    if endpoint.route is not None:  # treg.<capability>: no ladder of its own (treg/call/routed.py runs it)
+        return inp, ResolvedTarget(upstream_url="", query=(), tool=None, bindings=(), provider=endpoint.provider,
+                                   endpoint_id=endpoint.id, routed=endpoint.route)
     registry = svc.catalog
     creds = await load_org_credentials(svc, ident, [endpoint.provider])
     lookup.ensure_live(registry, endpoint, svc.settings, creds)

@@ -28,7 +28,7 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     cat = target.catalog
     if cat is None or not target.billed:
         return None
-    if inp.idempotency_key:
+    if inp.idempotency_key and inp.deferred is None:  # a routed call's child: the key is the routed call's
         body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
         if not isinstance(inp.body, bytes) and inp.body is not None:
             state.inp = inp = replace(inp, body=body, content_length=len(body))

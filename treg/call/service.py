@@ -12,7 +12,7 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import archive, intake, jobs, record, relay, reserve, resolve, resources, settle
+from treg.call import archive, intake, jobs, record, relay, reserve, resolve, resources, routed, settle
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -29,6 +29,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         await intake.load_body(state)  # ... then the body the edge left pending
         inp, target = await resolve.resolve_target(svc, ident, state.inp)  # 2 resolve: tool or catalog endpoint
         state.inp, state.target = inp, target
+        if target.routed is not None:  # treg.<capability>: its children run through execute
+            return await routed.run(svc, state, execute)
         await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
         await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
         await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs

@@ -47,7 +47,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     try:
         if "location" in resp.index or "content-location" in resp.index:
             relayed = _treg_locations(svc, state, relayed)
-        if ok and target.catalog.spooled_response:
+        if ok and target.catalog.spooled_response and state.inp.deferred is None:  # a routed parent reads it
             spooled = await metered.spool_answer(resp, svc.spool_budget)
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
@@ -69,7 +69,9 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             else:
                 await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
             state.claim = None
-        if ok:
+        if state.inp.deferred is not None:  # a routed call's child: the routed call closes it (treg/call/routed.py)
+            state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
+        elif ok:
             await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await state.close_money(svc)

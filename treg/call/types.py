@@ -46,6 +46,9 @@ class CallInput:
     #: how ``rest`` is resolved when the surface does not say it: "catalog" as /catalog/call/ (an MCP
     #: catalog_call); None: as the surface's own form
     form: str | None = None
+    #: a routed call's child (treg/call/routed.py): where the settle stage leaves its hold, open, for the
+    #: routed call to close; None: the call closes its own hold
+    deferred: Any = field(default=None, repr=False, compare=False)
 
     @property
     def catalog_form(self) -> bool:
@@ -120,6 +123,8 @@ class ResolvedTarget:
     plan: Any = field(default=None, repr=False, compare=False)
     #: no tool, but the project whose deny rules apply: a redirect hop carries its parent tool's
     scope_project_id: str | None = None
+    #: a routed ``treg.<capability>`` (treg.catalog.routed.RoutedPlan): its children are the calls
+    routed: Any = None
 
     @property
     def project_id(self) -> str | None:

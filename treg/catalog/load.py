@@ -27,6 +27,7 @@ from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit
 from treg.catalog.registry import CatalogRegistry
 from treg.archive import policy as archive_policy
 from treg.jobs.spec import link_utilities, parse_submission
+from treg.catalog.routed import with_routed
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, call_hook
 
@@ -689,7 +690,7 @@ def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, I
             continue
         for i, data in enumerate(result):
             loader.provider(plugin, i, data)
-    return loader.finish()
+    return with_routed(loader.finish())  # treg.<capability> for each capability two live endpoints share
 
 
 def declared_providers(pm: pluggy.PluginManager) -> list[tuple[str, Any]]:

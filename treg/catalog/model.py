@@ -205,6 +205,8 @@ class Endpoint:
     #: the row's ``async`` descriptor (treg.jobs.spec.Submission), or, on the poll/fetch endpoint a
     #: descriptor names, that role (treg.jobs.spec.Utility); None: neither (docs/lifecycle.md)
     async_job: Any = None
+    #: a generated ``treg.<capability>`` (treg.catalog.routed.RoutedPlan: its children); None: a plugin's row
+    route: Any = None
 
     @property
     def operation(self) -> str:
@@ -258,7 +260,9 @@ class Endpoint:
                 "price": self.price.to_json(), "platform_auth": self.platform_auth,
                 "description": self.description,
                 "overflow_price_micro": route.price_micro if route is not None else None,
-                "overflow_aggregator": route.aggregator if route is not None else None}
+                "overflow_aggregator": route.aggregator if route is not None else None,
+                "kind": "endpoint" if self.route is None else "routed",
+                **({} if self.route is None else {"children": self.route.summary_json()})}
 
     def to_json(self, overflow_usable: Any = None) -> dict[str, Any]:
         out = self.summary_json(overflow_usable)

@@ -140,7 +140,8 @@ SCHEMAS: dict[str, Any] = {
     "LimitSet": {"type": "object", "description": "the limit as it now stands"},
     "Grant": _obj({"id": _ID, "kind": {"type": "string"}, "amount_micro": {"type": "integer"}}, ("id", "kind")),
     "Endpoint": _obj({"id": _ID, "credential_tier": {"type": ["string", "null"]}, "callable": {"type": "boolean"},
-                      "billed": {"type": "boolean"}}, ("id", "callable", "billed")),
+                      "billed": {"type": "boolean"}, "kind": {"enum": ["endpoint", "routed"]},
+                      "children": {"type": "array", "items": {"type": "object"}}}, ("id", "callable", "billed")),
     "Provider": _obj({"id": _ID, "platform_key_configured": {"type": "boolean"},
                       "anonymous_allowed": {"type": "boolean"}}, ("id",)),
 }
