@@ -1,4 +1,4 @@
-"""Result classifiers and the archive over real HTTP hops (docs/lifecycle-archive.md): a fake vendor on
+"""Result classifiers and the archive over real HTTP hops (docs/lifecycle.md "Result classifiers and the archive"): a fake vendor on
 127.0.0.1 counts what it is asked, so a hit is proven to reach nobody; money to the micro-dollar and
 every hold closed once; the classifier comes from a plugin file in TREG_PLUGINS_DIR."""
 
