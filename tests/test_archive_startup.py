@@ -184,3 +184,18 @@ def test_the_endpoint_listing_shows_its_archive(catalog):
     assert catalog.get("people.find_free").to_json()["archive"] == {"ttl_s": 3600, "cache_price": "free",
                                                                     "scope": "org"}
     assert catalog.get("people.plain").to_json()["archive"] is None
+
+
+def test_an_archived_row_may_not_be_an_async_submission_or_act_on_an_owned_object():
+    from treg.catalog.errors import CatalogError
+    from test_catalog_load import acme, build
+
+    for extra in ({"async": {"task_id": "id", "poll": "acme.items.get", "task_param": "item_id",
+                             "status_path": "status", "done": ["done"], "failed": ["failed"]}},
+                  {"managed_resource": {"kind": "item", "role": "create", "id_path": "id"}}):
+        data = acme()
+        data["endpoints"][1].update(archive={"ttl_s": 60}, **extra)
+        with pytest.raises(CatalogError) as info:
+            build(data)
+        assert any(p.field == "archive" and "never archived" in p.message for p in info.value.problems), \
+            info.value.problems

@@ -366,6 +366,9 @@ class _Loader:
         archive = archive_policy.check_row(data.get("archive"), method, price, flags["spooled_response"],
                                            lambda field, message: add(plugin, row, field, message))
         async_job = parse_submission(add, plugin, row, data.get("async"), spooled=flags["spooled_response"])
+        if archive is not None and (async_job is not None or managed is not None):
+            # a stored answer replayed to another caller would skip the job's or the object's bookkeeping
+            add(plugin, row, "archive", "an async submission or a managed_resource row is never archived")
 
         if len(self.c.problems) > before or price is None:
             return None
