@@ -101,10 +101,6 @@ class Console:
         self._timer: asyncio.TimerHandle | None = None
         self._sources: list[Callable[[], str]] = []
 
-    @property
-    def deferred(self) -> bool:
-        return self._deferred
-
     def defer(self) -> None:
         """From now on, lines that are not urgent may wait up to ``FLUSH_INTERVAL_S`` (call it on the
         serving loop)."""

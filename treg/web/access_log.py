@@ -35,6 +35,7 @@ LINES_MAX = 256
 #: the line's text after the timestamp and level, as ``logging`` would format the record
 MESSAGE = "%s %s %s %s %.1fms"
 LOGGER = "aiohttp.access"
+CALL_ID = "X-Treg-Call-Id"
 
 #: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
 _SURFACES = (("/call/", "call"), ("/catalog/call/", "catalog"), ("/redirect/", "redirect"), ("/api/", "api"))
@@ -68,14 +69,20 @@ class AccessSink:
         self._console = console
         self._json = fmt == "json"
         self._logger = logger
+        self._prefix = f" INFO {logger}: "
         self._text_time = logs.Formatter(logs.FORMAT)
         self._json_time = logs.JsonFormatter()
         self._kept: list[Entry] = []
         console.add_source(self.take)
 
-    @property
-    def json(self) -> bool:
-        return self._json
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> None:
+        """The line of one request (the call's id and caller are read only when the format shows them)."""
+        if self._json:
+            call_id, caller = response.headers.get(CALL_ID), logs.CALLER.get()
+        else:
+            call_id = caller = None
+        self.add((clock.time(), request.method, logged_path(request.raw_path), response.status,
+                  response.body_length, seconds, call_id, caller))
 
     def add(self, entry: Entry) -> None:
         with self._console.lock:
@@ -96,10 +103,9 @@ class AccessSink:
         return "".join([line(entry) for entry in kept])
 
     def _text_line(self, entry: Entry) -> str:
-        created, method, path, status, size, seconds = entry[:6]
+        created, method, path, status, size, seconds, _, _ = entry
         msecs = int((created - int(created)) * 1000)  # as LogRecord computes it
-        return (f"{self._text_time.time_text(created, msecs)} INFO {self._logger}: "
-                f"{MESSAGE % (method, path, status, size, seconds * 1000)}\n")
+        return f"{self._text_time.time_text(created, msecs)}{self._prefix}{MESSAGE % (method, path, status, size, seconds * 1000)}\n"
 
     def _json_line(self, entry: Entry) -> str:
         created, method, path, status, size, seconds, call_id, caller = entry
@@ -129,12 +135,12 @@ class AccessLogger(AbstractAccessLogger):
         return cls if sink is None else type(cls.__name__, (cls,), {"sink": sink})
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        if self.sink is not None:
+            self.sink.log(request, response, time)
+            return
         # the raw path as the caller sent it: no URL object decoded for a line
         method, path, status, size = request.method, logged_path(request.raw_path), response.status, response.body_length
-        call_id, caller = response.headers.get("X-Treg-Call-Id"), logs.CALLER.get()
-        if self.sink is not None:
-            self.sink.add((clock.time(), method, path, status, size, time, call_id, caller))
-            return
+        call_id, caller = response.headers.get(CALL_ID), logs.CALLER.get()
         # a record made directly, without logging's caller lookup (a walk up the stack for a file and
         # line nobody reads in an access line)
         record = self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0, MESSAGE,
