@@ -122,8 +122,11 @@ class Console:
 
     def drain(self) -> None:
         """Write what the sources kept now (into the buffer; flushed as any other deferred text)."""
-        with self.lock:
-            self._drain()
+        try:
+            with self.lock:
+                self._drain()
+        except (OSError, ValueError):  # stderr closed or gone: a lost log line never breaks the request
+            return
         self.later()
 
     def later(self) -> None:

@@ -63,7 +63,7 @@ Entry = tuple[float, str, str, int, int, float, "str | None", "tuple[str, str | 
 
 class AccessSink:
     """Access lines kept unformatted, written in batches through ``console`` in ``fmt`` (``text`` or
-    ``json``, as :func:`treg.logs.configure` formats the log). Call :meth:`add` on the serving loop."""
+    ``json``, as :func:`treg.logs.configure` formats the log). Call :meth:`log` on the serving loop."""
 
     def __init__(self, console: logs.Console, fmt: str = "text", *, logger: str = LOGGER) -> None:
         self._console = console
@@ -105,7 +105,8 @@ class AccessSink:
     def _text_line(self, entry: Entry) -> str:
         created, method, path, status, size, seconds, _, _ = entry
         msecs = int((created - int(created)) * 1000)  # as LogRecord computes it
-        return f"{self._text_time.time_text(created, msecs)}{self._prefix}{MESSAGE % (method, path, status, size, seconds * 1000)}\n"
+        message = MESSAGE % (method, path, status, size, seconds * 1000)
+        return f"{self._text_time.time_text(created, msecs)}{self._prefix}{message}\n"
 
     def _json_line(self, entry: Entry) -> str:
         created, method, path, status, size, seconds, call_id, caller = entry
