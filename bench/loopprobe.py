@@ -89,7 +89,7 @@ _call.handle, _up.send = handle, send
 if os.environ.get("PROBE_NO_AUDIT"):
     import treg.call.audit as _audit
     _audit.AuditWriter.record = lambda self, rec: None
-import treg.call.audit as _au, treg.logs as _logs
+import treg.call.audit as _au
 ins_t, ins_rows, wl_t, wl_n = [], [], [], []
 _orig_ins = _au.insert_sql
 def insert_sql(batch):
@@ -99,16 +99,17 @@ def insert_sql(batch):
     finally:
         ins_t.append(clock() - t0); ins_rows.append(len(batch))
 _au.insert_sql = insert_sql
-_orig_wl = _logs.ConsoleHandler._write_lines
+import treg.web.access_log as _access
+_orig_wl = _access.AccessSink.take
 def _write_lines(self):
-    n = len(self._lines)
+    n = len(self._kept)
     t0 = clock()
     try:
         return _orig_wl(self)
     finally:
         if n:
             wl_t.append(clock() - t0); wl_n.append(n)
-_logs.ConsoleHandler._write_lines = _write_lines
+_access.AccessSink.take = _write_lines
 def pcts(v):
     v = sorted(v)
     return {p: round(v[min(len(v) - 1, int(len(v) * p / 100))] * 1000, 3) for p in (50, 90, 99, 99.9)} if v else {}

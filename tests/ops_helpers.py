@@ -66,15 +66,16 @@ def http(method: str, url: str, token: str | None = None, body: Any = None,
 
 
 class Served:
-    """``treg serve`` in a subprocess (stdout and stderr into ``log``), waited for until /healthz answers."""
+    """``treg serve`` in a subprocess (stderr into ``log``; stdout too with ``stdout``), waited for until
+    /healthz answers."""
 
-    def __init__(self, env: dict[str, str], log: Path, *, wait_s: float = 90) -> None:
+    def __init__(self, env: dict[str, str], log: Path, *, wait_s: float = 90, stdout: bool = False) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._fh = open(log, "ab")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen([sys.executable, "-m", "treg", "serve", "--port", str(self.port)],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=self._fh)
+                                     env=env, stdout=self._fh if stdout else subprocess.DEVNULL, stderr=self._fh)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -13,7 +13,7 @@ or re-verify it, then update this file. What treg relies on, and where:
   by ``prepare``, after aiohttp's own defaults), edits ``self._headers`` (the same object as
   ``headers``) and sets ``_send_headers_immediately = False`` to send a small answer's headers with its
   body; catches ``aiohttp.http_exceptions.HttpProcessingError``.
-* ``treg/app.py`` ``AccessLogger(AbstractAccessLogger)``: ``__init__(logger, log_format)`` and
+* ``treg/web/access_log.py`` ``AccessLogger(AbstractAccessLogger)``: ``__init__(logger, log_format)`` and
   ``log(request, response, time)``; ``AppRunner(..., handler_cancellation=True)`` reaches ``web.Server``.
 """
 
@@ -134,7 +134,7 @@ def test_http_processing_error_import():
 ])
 def test_access_logger(method: str, expected: list[str]):
     check([n for n, _ in params(getattr(AbstractAccessLogger, method))] == expected,
-          f"AbstractAccessLogger.{method}", "treg/app.py AccessLogger")
+          f"AbstractAccessLogger.{method}", "treg/web/access_log.py AccessLogger")
 
 
 def test_server_takes_handler_cancellation():

@@ -13,10 +13,9 @@ import pytest
 from treg import hookimpl, idempotency, money, tenancy
 from treg.call import service
 from treg.errors import DatabaseError
-from treg.keys import SERVICES
-from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, example_provider, http_response, raw_request_bytes, raw_upstream
+from treg.testing import example_provider, http_response, raw_request_bytes, raw_upstream
 from test_relay_lifecycle import closes  # noqa: F401 (the fixture counting upstream closes)
+from vendor_helpers import count_hold_closes, vendor_gateway
 
 BOUND = 10.0  # seconds any single wait may take (a bound, not a timing)
 CREDITS = 100_000
@@ -49,42 +48,19 @@ def free_download(base_url):
 async def env(aiohttp_client, make_app):
     """(gateway, upstream, events): a tool ``t`` and catalog providers on one raw upstream, with credits."""
     events = Events()
-    async with raw_upstream(lambda ex: http_response(200, b'{"usage": {"pages": 3}}')) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1"), free_download(up.url)]),
-                                      events),
-                       ssrf_allow=("127.0.0.0/8",), db_pool_min=1, db_pool_max=1, db_timeout_s=0.3,
-                       platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-acme"),
-                                 "TREG_PLATFORM_KEY_FILES": SecretStr("pk-files")})
-        client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="x", email="x@x.test")
-        gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=CREDITS, actor="t")
+    async with raw_upstream(lambda ex: http_response(200, b'{"usage": {"pages": 3}}')) as up, \
+            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1"), free_download(up.url)],
+                           plugins=(events,), slug="x", credits=CREDITS, db_pool_min=1, db_pool_max=1,
+                           db_timeout_s=0.3, platform={"TREG_PLATFORM_KEY_ACME": "pk-acme",
+                                                       "TREG_PLATFORM_KEY_FILES": "pk-files"}) as gw:
         await gw.tool("t", up.url + "/v1")
         yield gw, up, events
-        await client.close()
 
 
 @pytest.fixture
 def hold_closes(monkeypatch):
     """Every effective close of a hold (a settle or release that changed it)."""
-    seen = []
-    settle, release = money.settle, money.release
-
-    async def counted_settle(svc, call_id, observed):
-        ok = await settle(svc, call_id, observed)
-        if ok:
-            seen.append(("settle", call_id))
-        return ok
-
-    async def counted_release(svc, call_id):
-        ok = await release(svc, call_id)
-        if ok:
-            seen.append(("release", call_id))
-        return ok
-
-    monkeypatch.setattr(money, "settle", counted_settle)
-    monkeypatch.setattr(money, "release", counted_release)
-    return seen
+    return count_hold_closes(monkeypatch)
 
 
 async def audit_row(gw, call_id):

@@ -72,17 +72,10 @@ def test_init_bad_input(dsn, tmp_path, slug, email, code):
 
 def test_db_upgrade(pg_base, tmp_path):
     import psycopg2
-
-    from treg import testing
+    from ops_helpers import empty_database
 
     # an empty database: `treg db upgrade` brings it to head, and again is a no-op
-    name = "treg_cli_upgrade_" + os.urandom(4).hex()
-    conn = psycopg2.connect(pg_base)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        dsn = testing.dsn_for(pg_base, name)
+    with empty_database(pg_base) as dsn:
         for _ in range(2):
             proc = treg(tmp_path / "home", dsn, "db", "upgrade")
             assert proc.returncode == 0, proc.stderr
@@ -92,10 +85,6 @@ def test_db_upgrade(pg_base, tmp_path):
         with psycopg2.connect(dsn) as c, c.cursor() as cur:
             cur.execute("SELECT to_regclass('tools'), to_regclass('secrets'), to_regclass('tokens')")
             assert all(cur.fetchone())
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.close()
 
 
 def test_unreachable_database_is_an_error_json(tmp_path):

@@ -7,83 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
+from ops_helpers import Served, http, run_treg, treg_env
 
 from treg.errors import ConfigError
 from treg.infra import embedded_pg
 
 VALUE = "sk_live_EMBEDDEDCANARY_93e1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
-    env.update(TREG_HOME=str(home), TREG_LOG_LEVEL="INFO")
-    return env
-
-
-def _http(method: str, url: str, token: str | None = None, body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    if token:
-        req.add_header("X-Treg-Token", token)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
-
-
-class Served:
-    """``treg serve`` in a subprocess, waited for until /healthz answers (bounded)."""
-
-    def __init__(self, home: Path, log: Path) -> None:
-        self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self._fh = open(log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "treg", "serve", "--port", str(self.port)],
-                                     env=_env(home), stdout=self._fh, stderr=subprocess.STDOUT)
-        for _ in range(600):  # up to ~60 s: a fresh data folder is initialised first
-            if self.proc.poll() is not None:
-                raise AssertionError(f"treg serve exited {self.proc.returncode}: {log.read_text()}")
-            try:
-                with urllib.request.urlopen(self.base + "/healthz", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise AssertionError(f"treg serve never answered /healthz: {log.read_text()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._fh.close()
-        return self.proc.returncode
 
 
 def _files_containing(root: Path, needle: bytes) -> list[str]:
@@ -103,26 +36,25 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
 
 def test_serve_end_to_end_on_embedded_postgres(tmp_path):
     home = tmp_path / "home"
-    server = Served(home, tmp_path / "serve.log")
+    server = Served(treg_env(home), tmp_path / "serve.log", stdout=True)
     try:
         assert (home / "pg" / "PG_VERSION").exists() and (home / "pg" / "postmaster.pid").exists()
         assert (home / "secret.key").exists()
         # `treg init` while the server runs, on the same embedded database
-        init = subprocess.run([sys.executable, "-m", "treg", "init", "--org", "acme", "--email", "me@acme.test"],
-                              env=_env(home), capture_output=True, text=True, timeout=120)
+        init = run_treg(treg_env(home), "init", "--org", "acme", "--email", "me@acme.test")
         assert init.returncode == 0, init.stderr
         org = json.loads(init.stdout)
         token = org["token"]
-        status, me = _http("GET", server.base + "/api/v1/me", token)
+        status, me, _ = http("GET", server.base + "/api/v1/me", token)
         assert status == 200 and me["org_id"] == org["org_id"] and me["role"] == "owner"
-        status, secret = _http("POST", server.base + "/api/v1/secrets", token, {"name": "stripe", "value": VALUE})
+        status, secret, _ = http("POST", server.base + "/api/v1/secrets", token, {"name": "stripe", "value": VALUE})
         assert status == 201, secret
-        status, tool = _http("POST", server.base + "/api/v1/tools", token, {
+        status, tool, _ = http("POST", server.base + "/api/v1/tools", token, {
             "name": "stripe", "base_url": "https://api.stripe.com",
             "bindings": [{"location": "header", "name": "Authorization", "format": "Bearer {secret}",
                           "secret_id": secret["id"]}]})
         assert status == 201, tool
-        status, err = _http("GET", server.base + "/api/v1/me", "treg_wrong")
+        status, err, _ = http("GET", server.base + "/api/v1/me", "treg_wrong")
         assert status == 401 and set(err) >= {"error", "detail", "blame"}
     finally:
         code = server.stop()
@@ -138,11 +70,11 @@ def test_serve_end_to_end_on_embedded_postgres(tmp_path):
     assert _files_containing(home, b"api.stripe.com"), "the search sees the database's files"
 
     # the next start reuses the data folder: the org, token and tool are still there
-    again = Served(home, tmp_path / "serve2.log")
+    again = Served(treg_env(home), tmp_path / "serve2.log", stdout=True)
     try:
-        status, me = _http("GET", again.base + "/api/v1/me", token)
+        status, me, _ = http("GET", again.base + "/api/v1/me", token)
         assert status == 200 and me["org_id"] == org["org_id"]
-        status, tools = _http("GET", again.base + "/api/v1/tools", token)
+        status, tools, _ = http("GET", again.base + "/api/v1/tools", token)
         assert status == 200 and [t["name"] for t in tools["tools"]] == ["stripe"]
     finally:
         assert again.stop() == 0, again.log.read_text()

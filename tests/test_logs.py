@@ -2,9 +2,14 @@
 
 import asyncio
 import io
+import json
 import logging
+import sys
+import time
 
 from treg import logs
+from treg.web import access_log
+from treg.web.access_log import AccessSink, fields
 
 
 def _record(level=logging.INFO, msg="GET %s 200", args=("/call/t/x",)):
@@ -78,56 +83,85 @@ def _console_root(handler):
     return restore
 
 
-def _deferred_console():
+def _deferred_console(formatter=None):
     """A deferred console handler (as under treg serve) as the only root handler: (stream, handler, restore)."""
     out = _Slow()
     h = logs.ConsoleHandler(out)
-    h.setFormatter(logs.Formatter(logs.FORMAT))
+    h.setFormatter(formatter or logs.Formatter(logs.FORMAT))
     h.defer()
     return out, h, _console_root(h)
 
 
-async def test_direct_line_is_the_line_logging_writes():
+def _entry(path="/call/t/x", status=200, size=5, seconds=0.001, call_id=None, caller=None):
+    return (time.time(), "GET", path, status, size, seconds, call_id, caller)
+
+
+async def test_access_sink_line_is_the_line_logging_writes():
     out, h, restore = _deferred_console()
     try:
-        access = logging.getLogger("aiohttp.access")
-        direct = logs.direct_line(access, logging.INFO)
-        assert direct is not None
-        direct.write("GET /call/t/x 200 5 1.0ms")
-        access.info("GET /call/t/x 200 5 1.0ms")
+        sink = AccessSink(h.console)
+        sink.add(_entry())
+        logging.getLogger("aiohttp.access").info("GET /call/t/x 200 5 1.0ms")
         h.flush()
         ours, theirs = out.shown.splitlines()
         assert ours.split(" ", 2)[2] == theirs.split(" ", 2)[2] == "INFO aiohttp.access: GET /call/t/x 200 5 1.0ms"
         assert len(ours) == len(theirs) and ours[:10] == theirs[:10]  # same timestamp shape
-        # anything that could change the record on its way means logging does the work
-        access.addFilter(lambda r: True)
-        assert logs.direct_line(access, logging.INFO) is None
-        access.filters.clear()
-        extra = logging.NullHandler()
-        logging.getLogger("aiohttp").addHandler(extra)
-        assert logs.direct_line(access, logging.INFO) is None
-        logging.getLogger("aiohttp").removeHandler(extra)
-        h._deferred = False  # not under treg serve
-        assert logs.direct_line(access, logging.INFO) is None
     finally:
+        h.close()
         restore()
 
 
-async def test_direct_lines_are_formatted_with_their_batch_in_order_and_bounded():
+async def test_access_sink_json_line_is_the_record_json_formatter_writes():
+    out, h, restore = _deferred_console(logs.JsonFormatter())
+    try:
+        sink = AccessSink(h.console, "json")
+        caller = ("org_1", None)
+        sink.add(_entry("/api/v1/me", 401, 0, 0.00025, "call_9", caller))
+        record = logging.makeLogRecord({"name": "aiohttp.access", "levelno": logging.INFO, "levelname": "INFO",
+                                        "msg": "GET /api/v1/me 401 0 0.2ms"})
+        setattr(record, logs.EXTRA_FIELDS, fields("GET", "/api/v1/me", 401, 0, 0.00025, "call_9", caller))
+        logging.getLogger("aiohttp.access").handle(record)
+        h.flush()
+        ours, theirs = (json.loads(line) for line in out.shown.splitlines())
+        assert ours.pop("ts")[:16] == theirs.pop("ts")[:16]
+        assert ours == theirs == {"level": "INFO", "logger": "aiohttp.access", "msg": "GET /api/v1/me 401 0 0.2ms",
+                                  "call_id": "call_9", "org_id": "org_1", "member_id": None, "surface": "api",
+                                  "method": "GET", "path": "/api/v1/me", "status": 401, "bytes": 0,
+                                  "duration_ms": 0.2}
+    finally:
+        h.close()
+        restore()
+
+
+async def test_access_lines_are_formatted_with_their_batch_in_order_and_bounded():
     out, h, restore = _deferred_console()
     try:
-        access = logging.getLogger("aiohttp.access")
-        direct = logs.direct_line(access, logging.INFO)
-        direct.write("%s %s %s %s %.1fms", ("GET", "/call/t/a", 200, 5, 1.25))
-        direct.write("%s %s %s %s %.1fms", ("GET", "/call/t/b", 404, 0, 0.5))
+        sink = AccessSink(h.console)
+        sink.add(_entry("/call/t/a", 200, 5, 0.00125))
+        sink.add(_entry("/call/t/b", 404, 0, 0.0005))
         assert out.getvalue() == ""  # kept, not even formatted yet
         logging.getLogger("treg").warning("after both")
         lines = out.shown.splitlines()
         assert [line.split(": ", 1)[1] for line in lines] == ["GET /call/t/a 200 5 1.2ms", "GET /call/t/b 404 0 0.5ms",
                                                             "after both"]  # in order, before the warning
-        for i in range(logs._LINES_MAX):  # a full batch is written without waiting for the timer
-            direct.write("%s %s %s %s %.1fms", ("GET", f"/call/t/{i}", 200, 1, 0.1))
-        assert out.getvalue().count("\n") == 3 + logs._LINES_MAX and not h._lines
+        for i in range(access_log.LINES_MAX):  # a full batch is written without waiting for the timer
+            sink.add(_entry(f"/call/t/{i}", 200, 1, 0.0001))
+        assert out.getvalue().count("\n") == 3 + access_log.LINES_MAX and sink.take() == ""
     finally:
         h.close()
         restore()
+
+
+def test_configure_leaves_loggings_process_wide_switches_alone(monkeypatch):
+    """The access sink does its own formatting: nothing else in the process pays for it."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    switches, level = (logging.logThreads, logging.logProcesses, logging.logMultiprocessing), root.level
+    handler = logs.configure("INFO", "text")
+    try:
+        assert handler is not None and logs.console() is handler.console
+        assert (logging.logThreads, logging.logProcesses, logging.logMultiprocessing) == switches == (True, True, True)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

@@ -1,4 +1,4 @@
-"""The console's batch of access lines is bounded in lines, so formatting one never holds the loop
+"""The access sink's batch of lines is bounded in lines, so formatting one never holds the loop
 for long (the c=1 tail, docs/performance.md round 4)."""
 
 from __future__ import annotations
@@ -7,23 +7,23 @@ import io
 import time
 
 from treg import logs
+from treg.web.access_log import AccessSink
 
 
 async def test_access_lines_are_written_in_batches_of_at_most_256():
     out = io.StringIO()
-    h = logs.ConsoleHandler(out)
-    fmt = logs.Formatter(logs.FORMAT)
-    h.setFormatter(fmt)
-    h.defer()
+    console = logs.Console(out)
+    console.defer()
+    sink = AccessSink(console)
     try:
         for i in range(300):
-            h.keep_line(fmt, " INFO aiohttp.access: ", "GET %s 200", (f"/call/t/{i}",), time.time())
+            sink.add((time.time(), "GET", f"/call/t/{i}", 200, 0, 0.0, None, None))
         # the first 256 were formatted and written as one batch without waiting for the timer; the rest wait
         lines = out.getvalue().splitlines()
-        assert len(lines) == 256 and len(h._lines) == 44
-        assert lines[0].endswith("INFO aiohttp.access: GET /call/t/0 200")
-        assert lines[-1].endswith("GET /call/t/255 200")
-        h.flush()
+        assert len(lines) == 256 and len(sink._kept) == 44
+        assert lines[0].endswith("INFO aiohttp.access: GET /call/t/0 200 0 0.0ms")
+        assert lines[-1].endswith("GET /call/t/255 200 0 0.0ms")
+        console.flush()
         assert out.getvalue().count("\n") == 300
     finally:
-        h.close()
+        console.close()

@@ -7,11 +7,11 @@ import zlib
 
 import pytest
 
-from treg import money, tenancy
+from vendor_helpers import count_hold_closes, media_provider, vendor_gateway
+
+from treg import money
 from treg.call import encodings, metered
-from treg.keys import SERVICES
-from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, example_provider, http_response, raw_upstream
+from treg.testing import example_provider, http_response, raw_upstream
 
 CREDITS = 1_000_000
 TOKENS = 1234
@@ -30,52 +30,21 @@ def _compress(coding, data):
     raise AssertionError(coding)
 
 
-def media_provider(base_url):
-    return {"id": "gem", "base_url": base_url, "auth": [{"location": "header", "name": "X-Goog-Api-Key"}],
-            "endpoints": [{"id": "gem.generate", "method": "POST", "path": "/generate", "params": [],
-                           "price": {"usage": [{"path": "usageMetadata.totalTokenCount", "micro_per_unit": 2}],
-                                     "estimate_micro": 50_000},
-                           "spooled_response": True}]}
-
-
 @pytest.fixture
 async def vendor(aiohttp_client, make_app):
     """(gateway, upstream, answers): the upstream answers whatever ``answers["reply"]`` holds."""
     answers = {}
-    async with raw_upstream(lambda ex: answers["reply"]) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1"), media_provider(up.url)]),),
-                       ssrf_allow=("127.0.0.0/8",),
-                       platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-acme"),
-                                 "TREG_PLATFORM_KEY_GEM": SecretStr("pk-gem")})
-        client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="z", email="z@z.test")
-        gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=CREDITS, actor="t")
+    async with raw_upstream(lambda ex: answers["reply"]) as up, \
+            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1"), media_provider(up.url)],
+                           slug="z", credits=CREDITS,
+                           platform={"TREG_PLATFORM_KEY_ACME": "pk-acme", "TREG_PLATFORM_KEY_GEM": "pk-gem"}) as gw:
         yield gw, up, answers
-        await client.close()
 
 
 @pytest.fixture
 def closes(monkeypatch):
     """Every effective close of a hold (settle or release that changed the hold), by call id."""
-    seen = []
-    settle, release = money.settle, money.release
-
-    async def counted_settle(svc, call_id, observed):
-        ok = await settle(svc, call_id, observed)
-        if ok:
-            seen.append(("settle", call_id))
-        return ok
-
-    async def counted_release(svc, call_id):
-        ok = await release(svc, call_id)
-        if ok:
-            seen.append(("release", call_id))
-        return ok
-
-    monkeypatch.setattr(money, "settle", counted_settle)
-    monkeypatch.setattr(money, "release", counted_release)
-    return seen
+    return count_hold_closes(monkeypatch)
 
 
 async def _hold(gw, call_id):

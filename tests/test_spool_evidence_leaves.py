@@ -5,22 +5,13 @@ import json
 
 import pytest
 
-from treg import money, tenancy
-from treg.call import metered
-from treg.keys import SERVICES
+from vendor_helpers import media_provider, vendor_gateway
+
 from treg import hookimpl
-from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, http_response, raw_upstream
+from treg.call import metered
+from treg.testing import http_response, raw_upstream
 
 TOKENS = 777
-
-
-def media_provider(base_url):
-    return {"id": "gem", "base_url": base_url, "auth": [{"location": "header", "name": "X-Goog-Api-Key"}],
-            "endpoints": [{"id": "gem.generate", "method": "POST", "path": "/generate", "params": [],
-                           "price": {"usage": [{"path": "usageMetadata.totalTokenCount", "micro_per_unit": 2}],
-                                     "estimate_micro": 50_000},
-                           "spooled_response": True}]}
 
 
 class Classifier:
@@ -50,17 +41,12 @@ async def test_spooled_answer_keeps_only_the_leaves_at_their_paths(aiohttp_clien
         return out
 
     monkeypatch.setattr(metered, "spool_evidence", spy)
-    async with raw_upstream(lambda ex: http_response(200, payload, [("Content-Type", "application/json")])) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([media_provider(up.url)]), Classifier()),
-                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_GEM": SecretStr("gem-key")})
-        client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="g", email="g@g.test")
-        gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=1_000_000, actor="t")
+    async with raw_upstream(lambda ex: http_response(200, payload, [("Content-Type", "application/json")])) as up, \
+            vendor_gateway(aiohttp_client, make_app, [media_provider(up.url)], plugins=(Classifier(),), slug="g",
+                           platform={"TREG_PLATFORM_KEY_GEM": "gem-key"}) as gw:
         r = await gw.call("POST", "/catalog/call/gem.generate", json={})
         assert r.status == 200 and await r.read() == payload  # the caller still gets every byte
         assert r.headers["X-Treg-Cost-Micro"] == str(TOKENS * 2)
-        await client.close()
     # a skeleton of the answer: each leaf at its place, none of the megabytes beside them
     assert kept == [{"candidates": [{"finishReason": "STOP"}, {"finishReason": "MAX_TOKENS"}],
                      "usageMetadata": {"totalTokenCount": TOKENS}, "modelVersion": "g-2"}]

@@ -13,9 +13,8 @@ from typing import Any, AsyncIterator, Iterable
 
 import aiohttp
 from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
 
-from treg import logs, plugins, tool_urls
+from treg import plugins, tool_urls
 from treg.capacity.signatures import load_signatures
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.factory import build_services
@@ -34,6 +33,7 @@ from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
 from treg.web import resources_api
+from treg.web.access_log import AccessLogger, AccessSink
 
 log = logging.getLogger("treg")
 
@@ -41,63 +41,6 @@ log = logging.getLogger("treg")
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
 COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup, tool_urls.setup,
                                archive_store.setup)
-
-
-#: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
-_SURFACES = (("/call/", "call"), ("/catalog/call/", "catalog"), ("/redirect/", "redirect"), ("/api/", "api"))
-
-
-def _surface(path: str) -> str:
-    for prefix, surface in _SURFACES:
-        if path.startswith(prefix):
-            return surface
-    return "other"
-
-
-def _logged_path(raw_path: str) -> str:
-    # never the query string (callers put keys there), nor a redirect's opaque value: it seals the
-    # target URL and whatever token that URL carried (treg/call/redirects.py)
-    path = raw_path.partition("?")[0]
-    if not path.startswith("/"):  # absolute-form (GET http://user:pw@treg/call/...): its path only
-        path = "/" + path.split("://", 1)[-1].partition("/")[2]
-    return "/redirect/…" if path.startswith("/redirect/") else path
-
-
-class AccessLogger(AbstractAccessLogger):
-    """Method, path (never the query string: callers put keys there), status, size, time; in ``json``
-    also the call's id, org, member and surface."""
-
-    def __init__(self, logger: logging.Logger, log_format: str) -> None:
-        super().__init__(logger, log_format)
-        # aiohttp makes one per connection: whether the line may skip logging's machinery is decided here
-        self._direct = logs.direct_line(logger, logging.INFO)
-        self._json = self._direct is None and logs.is_json()
-
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        # one line per request, so kept cheap (docs/performance.md): the raw path as the caller sent it
-        # (no URL object decoded for it); written straight to the console when that is where it goes,
-        # else a record made directly, without logging's caller lookup (a walk up the stack for a file
-        # and line nobody reads in an access line)
-        args = (request.method, _logged_path(request.raw_path), response.status, response.body_length, time * 1000)
-        if self._direct is not None:
-            self._direct.write("%s %s %s %s %.1fms", args)  # formatted with its batch, not here
-            return
-        record = self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0, "%s %s %s %s %.1fms", args, None)
-        if self._json:
-            setattr(record, logs.EXTRA_FIELDS, self._fields(request, response, time))
-        self.logger.handle(record)
-
-    @staticmethod
-    def _fields(request: web.BaseRequest, response: web.StreamResponse, time: float) -> dict[str, Any]:
-        path = _logged_path(request.raw_path)
-        org_id, member_id = logs.CALLER.get() or (None, None)
-        return {"call_id": response.headers.get("X-Treg-Call-Id"), "org_id": org_id, "member_id": member_id,
-                "surface": _surface(path), "method": request.method, "path": path, "status": response.status,
-                "bytes": response.body_length, "duration_ms": round(time * 1000, 1)}
-
-    @property
-    def enabled(self) -> bool:
-        return self.logger.isEnabledFor(logging.INFO)
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
@@ -171,12 +114,13 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     return app
 
 
-def make_runner(app: web.Application, **kw: Any) -> web.AppRunner:
-    """The runner ``treg serve`` uses (tests that serve treg "as in production" use it too).
+def make_runner(app: web.Application, *, access_sink: AccessSink | None = None, **kw: Any) -> web.AppRunner:
+    """The runner ``treg serve`` uses (tests that serve treg "as in production" use it too); its access
+    lines go to ``access_sink`` when given, else to logging (treg/web/access_log.py).
 
     ``handler_cancellation``: a caller who hangs up cancels its call (its hold is released, its upstream
     closed, also while the upstream is silent, as in an SSE stream) instead of treg finishing a call
     nobody will read. Its connections answer what aiohttp's parser refuses with the error body
     (treg/web/protocol.py)."""
-    return protocol.Runner(app, access_log_class=AccessLogger, handle_signals=False, handler_cancellation=True,
-                           **kw)
+    return protocol.Runner(app, access_log_class=AccessLogger.writing_to(access_sink), handle_signals=False,
+                           handler_cancellation=True, **kw)

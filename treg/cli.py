@@ -63,6 +63,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from aiohttp import web
 
     from treg.app import create_app, make_runner
+    from treg.web.access_log import AccessSink
 
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
@@ -72,7 +73,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # SIGTERM: the listening socket closes at once (new connections refused), calls in flight get
         # TREG_SHUTDOWN_GRACE_S to finish; then aiohttp cancels them, and a cancelled call is audited
         # as cancelled (treg.web.call) before cleanup_ctx flushes the audit writer and closes the pool
-        runner = make_runner(app, shutdown_timeout=settings.shutdown_grace_s)
+        console = logs.console()
+        # an access line per request: a sink of its own, written in batches (treg/web/access_log.py)
+        sink = AccessSink(console, settings.log_format) if console is not None else None
+        runner = make_runner(app, access_sink=sink, shutdown_timeout=settings.shutdown_grace_s)
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()
@@ -85,7 +89,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         # what serving allocates (startup garbage collected first; frozen objects are never freed)
         gc.collect()
         gc.freeze()
-        logs.defer_console()  # an access line per request: written in batches (treg/logs.py)
+        if console is not None:
+            console.defer()  # INFO lines may wait for the next batch (treg/logs.py)
         logging.getLogger("treg").info("treg %s serving on http://%s:%s", __version__, host, port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

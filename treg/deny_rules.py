@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import and_, insert, select
 
 from treg.context import Services
 from treg.domain.deny import DenyRule
 from treg.errors import BadRequest, NotFound, Unprocessable
 from treg.ids import new_id
 from treg.infra.schema import deny_rules, members, projects
-from treg.tenancy import Identity, changes, refuse_unknown_fields, require_manager
+from treg.tenancy import Identity, changes, delete_org_row, org_rows, refuse_unknown_fields, require_manager
 
 _HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$")
 _METHOD = re.compile(r"^[A-Za-z]{1,16}$")
@@ -60,18 +60,13 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
 
 
 async def list_rules(svc: Services, ident: Identity) -> list[dict[str, Any]]:
-    require_manager(ident)
-    async with svc.db.tx() as tx:
-        return await tx.fetch_all(select(*COLUMNS).where(deny_rules.c.org_id == ident.org_id)
-                                  .order_by(deny_rules.c.created_at))
+    return await org_rows(svc, ident, deny_rules, COLUMNS)
 
 
 async def delete_rule(svc: Services, ident: Identity, rule_id: str) -> None:
     require_manager(ident)
     async with changes(svc, "deny", ident.org_id) as tx:
-        n = await tx.execute(delete(deny_rules).where(and_(deny_rules.c.id == rule_id,
-                                                           deny_rules.c.org_id == ident.org_id)))
-        if not n:
+        if not await delete_org_row(tx, deny_rules, ident.org_id, rule_id):
             raise NotFound("no such deny rule in this org", code="deny_rule_not_found")
 
 

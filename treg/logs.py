@@ -1,17 +1,12 @@
-"""The console log of the CLI and ``treg serve``: one handler on stderr, cheap enough for an access
-line per request.
+"""The console log of the CLI and ``treg serve``: one handler on stderr, through :class:`Console`.
 
-Through logging's defaults each access line cost ~50 µs of a ~490 µs call under load
-(docs/performance.md): a flushed ``write`` per line (stderr is line-buffered), the timestamp
-formatted by ``strftime`` for every record, and thread and process names looked up for a format
-that shows neither. Here:
-
-* the timestamp text is formatted once per second;
-* records skip the thread and process lookups (the format has no field for them);
-* under ``treg serve`` (:meth:`ConsoleHandler.defer`) lines at INFO and below collect in a 64 KiB
-  buffer written when it fills, at most ``FLUSH_INTERVAL_S`` after a line came in, and at shutdown;
-  a WARNING or worse writes everything at once. A process killed outright loses at most that
-  interval of INFO lines; the durable record of every call is the audit table, not this log.
+:class:`Console` is stderr's one batched writer. Under ``treg serve`` (:meth:`Console.defer`) lines at
+INFO and below collect in a 64 KiB buffer written when it fills, at most ``FLUSH_INTERVAL_S`` after a
+line came in, and at shutdown; a WARNING or worse writes everything at once. A process killed outright
+loses at most that interval of INFO lines; the durable record of every call is the audit table, not
+this log. The access log (treg/web/access_log.py) is a sink of its own writing through the same
+``Console``, so its lines and the log's keep their order and never split one another. Timestamp text
+is formatted once per second (:class:`Formatter`); why each of these pays: docs/performance.md.
 
 ``TREG_LOG_FORMAT=json`` (:class:`JsonFormatter`) makes every stderr line one JSON object (``ts``,
 ``level``, ``logger``, ``msg``; an access line adds its call's fields), for log shippers that would
@@ -25,9 +20,10 @@ import asyncio
 import io
 import logging
 import sys
+import threading
 import time
 from contextvars import ContextVar
-from typing import IO, Any
+from typing import IO, Any, Callable
 
 import orjson
 
@@ -43,10 +39,6 @@ CALLER: ContextVar[tuple[str, str | None] | None] = ContextVar("treg_caller", de
 #: how long an INFO line may wait in the buffer under ``treg serve``
 FLUSH_INTERVAL_S = 0.5
 _BUFFER = 64 * 1024
-#: at most this many access lines wait unformatted: a bound on memory between two timer flushes, and on
-#: how long one batch holds the loop (2 048 lines were ~5 ms at once: the call in flight waited for
-#: them, a tail of the c=1 latency; 256 are ~0.5 ms; docs/performance.md round 4)
-_LINES_MAX = 256
 
 
 class Formatter(logging.Formatter):
@@ -96,83 +88,106 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-class ConsoleHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """stderr through a buffer of our own; flushed per record until :meth:`defer` is called."""
+class Console:
+    """stderr's one batched writer: text written through it goes to ``stream`` (a buffered stderr) and
+    is flushed at once until :meth:`defer` is called, then at most ``FLUSH_INTERVAL_S`` later, or at
+    once when ``urgent``. Sources of lines kept unformatted (the access log's sink) are drained into it
+    before anything else is written, so lines keep the order they came in."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
-        super().__init__(stream if stream is not None else _buffered_stderr())
+        self.stream = stream if stream is not None else _buffered_stderr()
+        self.lock = threading.RLock()  # a log line may come from an executor's thread
         self._deferred = False
         self._timer: asyncio.TimerHandle | None = None
-        #: lines of :class:`DirectLine` not formatted yet: (formatter, prefix, format, args, created)
-        self._lines: list[tuple[Formatter, str, str, tuple[object, ...], float]] = []
+        self._sources: list[Callable[[], str]] = []
 
     def defer(self) -> None:
-        """From now on, INFO lines may wait up to ``FLUSH_INTERVAL_S`` (call it on the serving loop)."""
+        """From now on, lines that are not urgent may wait up to ``FLUSH_INTERVAL_S`` (call it on the
+        serving loop)."""
         self._deferred = True
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if self._lines:
-            self._write_lines()  # what came before this record is written before it
-        if not self._deferred or record.levelno >= logging.WARNING:
-            super().emit(record)  # writes and flushes
-            return
-        try:
-            self.stream.write(self.format(record) + self.terminator)
-        except Exception:  # logging's own policy: a broken log line never breaks the caller
-            self.handleError(record)
-            return
-        if self._timer is None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # a thread without a loop (an executor's log line): write it now
-                self.flush()
+    def add_source(self, take: Callable[[], str]) -> None:
+        """``take()`` returns the text of the lines a source kept (and forgets them); called before any
+        other text is written and at every flush."""
+        self._sources.append(take)
+
+    def write(self, text: str, *, urgent: bool = False) -> None:
+        with self.lock:
+            self._drain()
+            self.stream.write(text)
+            if urgent or not self._deferred:
+                self.stream.flush()
                 return
-            self._timer = loop.call_later(FLUSH_INTERVAL_S, self._timed_flush)
+        self.later()
 
-    def keep_line(self, formatter: Formatter, prefix: str, fmt: str, args: tuple[object, ...], created: float) -> None:
-        """A line of :class:`DirectLine`, kept like a deferred INFO record and formatted only when the
-        batch is written (call it on the serving loop): formatting a thousand lines in one loop costs
-        less than one at a time between calls, with the CPU's caches cold (docs/performance.md)."""
-        self.acquire()
+    def drain(self) -> None:
+        """Write what the sources kept now (into the buffer; flushed as any other deferred text)."""
         try:
-            self._lines.append((formatter, prefix, fmt, args, created))
-            full = len(self._lines) >= _LINES_MAX
-        finally:
-            self.release()
-        if full:
-            self._write_lines()
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(FLUSH_INTERVAL_S, self._timed_flush)
+            with self.lock:
+                self._drain()
+        except (OSError, ValueError):  # stderr closed or gone: a lost log line never breaks the request
+            return
+        self.later()
 
-    def _write_lines(self) -> None:
-        self.acquire()
+    def later(self) -> None:
+        """Flush within ``FLUSH_INTERVAL_S``: by a timer on the running loop, else (a thread without a
+        loop, an executor's log line) now."""
+        if self._timer is not None:
+            return
         try:
-            lines, self._lines = self._lines, []
-            out = []
-            for formatter, prefix, fmt, args, created in lines:
-                msecs = int((created - int(created)) * 1000)  # as LogRecord computes it
-                out.append(f"{formatter.time_text(created, msecs)}{prefix}{fmt % args if args else fmt}\n")
-            if out:
-                self.stream.write("".join(out))
-        except Exception:  # logging's own policy: a broken log line never breaks the caller
-            self.handleError(logging.makeLogRecord({"msg": "access lines could not be written"}))
-        finally:
-            self.release()
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._timer = loop.call_later(FLUSH_INTERVAL_S, self._timed_flush)
+
+    def _drain(self) -> None:
+        for take in self._sources:
+            text = take()
+            if text:
+                self.stream.write(text)
 
     def flush(self) -> None:
-        if self._lines:
-            self._write_lines()
-        super().flush()
+        with self.lock:
+            self._drain()
+            self.stream.flush()
 
     def _timed_flush(self) -> None:
         self._timer = None
-        self.flush()
+        try:
+            self.flush()
+        except (OSError, ValueError):  # stderr closed or gone: there is nowhere to say so
+            pass
 
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self.flush()
+
+
+class ConsoleHandler(logging.Handler):
+    """The log's handler on stderr, writing through its :class:`Console` (``console``): WARNING and
+    worse at once, the rest as the console allows."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        super().__init__()
+        self.console = Console(stream)
+
+    def defer(self) -> None:
+        self.console.defer()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.console.write(self.format(record) + "\n", urgent=record.levelno >= logging.WARNING)
+        except Exception:  # logging's own policy: a broken log line never breaks the caller
+            self.handleError(record)
+
+    def flush(self) -> None:
+        self.console.flush()
+
+    def close(self) -> None:
+        self.console.close()
         super().close()
 
 
@@ -198,10 +213,6 @@ def configure(level: str, fmt: str = "text") -> ConsoleHandler | None:
     if root.handlers:
         return None
     root.setLevel(level.upper())
-    # process-wide switches of logging: records skip looking up what FORMAT never shows
-    logging.logThreads = False
-    logging.logProcesses = False
-    logging.logMultiprocessing = False
     handler = ConsoleHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else Formatter(FORMAT))
     root.addHandler(handler)
@@ -230,45 +241,9 @@ def json_line(level: int, logger: str, msg: str, **fields: Any) -> str:
     return JsonFormatter().format(rec)
 
 
-def defer_console() -> None:
-    """``treg serve``, on its loop: let the console handler keep INFO lines briefly (see the module)."""
+def console() -> Console | None:
+    """The console :func:`configure` installed (None when logging was set up by someone else)."""
     for handler in logging.getLogger().handlers:
         if isinstance(handler, ConsoleHandler):
-            handler.defer()
-
-
-class DirectLine:
-    """Writes a logger's lines straight to the console handler, byte for byte what logging would write.
-
-    For the access line, written once per request: a LogRecord and logging's handler chain cost ~40 µs
-    of CPU per request under load, this a few (docs/performance.md). :func:`direct_line` hands one out
-    only when the console handler is where the record would end up and nothing could change it on the
-    way (no other handler, no filter, propagation all the way up), and only under ``treg serve`` (a
-    deferred handler): the access logger asks once per connection."""
-
-    __slots__ = ("_handler", "_formatter", "_prefix")
-
-    def __init__(self, handler: ConsoleHandler, formatter: Formatter, prefix: str) -> None:
-        self._handler, self._formatter, self._prefix = handler, formatter, prefix
-
-    def write(self, fmt: str, args: tuple[object, ...] = ()) -> None:
-        """The line ``fmt % args`` (``fmt`` as is without args), stamped now; call on the serving loop."""
-        self._handler.keep_line(self._formatter, self._prefix, fmt, args, time.time())
-
-
-def direct_line(logger: logging.Logger, level: int) -> DirectLine | None:
-    """A :class:`DirectLine` for ``logger`` at ``level``, or None when logging must do the work."""
-    root = logging.root
-    if len(root.handlers) != 1 or not logger.isEnabledFor(level):
-        return None
-    handler = root.handlers[0]
-    fmt = handler.formatter
-    if (type(handler) is not ConsoleHandler or not handler._deferred or handler.filters or root.filters
-            or level < handler.level or type(fmt) is not Formatter or fmt._fmt != FORMAT):
-        return None
-    node: logging.Logger | None = logger
-    while node is not None and node is not root:
-        if node.handlers or node.filters or not node.propagate:
-            return None
-        node = node.parent
-    return DirectLine(handler, fmt, f" {logging.getLevelName(level)} {logger.name}: ")
+            return handler.console
+    return None

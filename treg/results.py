@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 import pluggy
 
 from treg.catalog.errors import CatalogError, Problem
-from treg.catalog.model import _dig
+from treg.jsonpath import MISSING, dig
 from treg.catalog.registry import CatalogRegistry
 from treg.plugins import PluginFailed, call_hook
 
@@ -32,7 +32,7 @@ ROW_KEYS = frozenset({"endpoint", "hit", "miss", "admit_misses"})
 #: ``in`` a non-empty list of JSON scalars
 PREDICATES = ("nonempty", "empty", "equals", "in")
 _PATH = re.compile(r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$")
-_MISSING = object()
+_MISSING = MISSING
 
 
 def _is_scalar(v: Any) -> bool:
@@ -44,15 +44,9 @@ def _empty(value: Any) -> bool:
 
 
 def _at(answer: Any, path: str) -> Any:
-    """The value at ``path``, or ``_MISSING`` (``_dig`` answers None for both an absent path and a JSON
-    null; ``empty`` must tell them apart: an absent field is not an explicit empty result)."""
-    head, _, last = path.rpartition(".")
-    parent = _dig(answer, head) if head else answer
-    if isinstance(parent, dict):
-        return parent.get(last, _MISSING)
-    if isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
-        return parent[int(last)]
-    return _MISSING
+    """The value at ``path``, or ``_MISSING`` (``empty`` must tell an absent field, which is not an
+    explicit empty result, from a JSON null)."""
+    return dig(answer, path, _MISSING)
 
 
 @dataclass(frozen=True)

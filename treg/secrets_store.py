@@ -10,14 +10,14 @@ import json
 import re
 from typing import Any, Callable
 
-from sqlalchemy import and_, delete, insert, select, update
+from sqlalchemy import and_, insert, select, update
 
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, IntegrityError, NotFound
 from treg.ids import new_id
 from treg.infra.crypto import SecretBox
 from treg.infra.schema import secrets, tools
-from treg.tenancy import Identity, changes, refuse_unknown_fields, require_manager
+from treg.tenancy import Identity, changes, delete_org_row, org_rows, refuse_unknown_fields, require_manager
 
 _PROVIDER = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 PUBLIC_COLUMNS = (secrets.c.id, secrets.c.name, secrets.c.provider, secrets.c.created_at, secrets.c.updated_at)
@@ -55,10 +55,7 @@ async def create_secret(svc: Services, ident: Identity, body: dict[str, Any]) ->
 
 
 async def list_secrets(svc: Services, ident: Identity) -> list[dict[str, Any]]:
-    require_manager(ident)
-    async with svc.db.tx() as tx:
-        return await tx.fetch_all(select(*PUBLIC_COLUMNS).where(secrets.c.org_id == ident.org_id)
-                                  .order_by(secrets.c.created_at))
+    return await org_rows(svc, ident, secrets, PUBLIC_COLUMNS)
 
 
 async def delete_secret(svc: Services, ident: Identity, secret_id: str) -> None:
@@ -71,8 +68,7 @@ async def delete_secret(svc: Services, ident: Identity, secret_id: str) -> None:
         if users_:
             raise Conflict(f"secret is still bound by tools {sorted(r['name'] for r in users_)}; change them first",
                            code="secret_in_use", tools=sorted(r["name"] for r in users_))
-        n = await tx.execute(delete(secrets).where(and_(secrets.c.id == secret_id, secrets.c.org_id == ident.org_id)))
-        if not n:
+        if not await delete_org_row(tx, secrets, ident.org_id, secret_id):
             raise NotFound("no such secret in this org", code="secret_not_found")
 
 

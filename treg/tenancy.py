@@ -14,7 +14,7 @@ import secrets as pysecrets
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Sequence
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, update
 
 from treg import logs
 from treg.context import Services
@@ -198,6 +198,27 @@ def require_manager(ident: Identity) -> None:
         raise Forbidden("only an org owner or admin may do this", code="forbidden_role")
 
 
+async def org_rows(svc: Services, ident: Identity, table: Any, columns: Sequence[Any]) -> list[dict[str, Any]]:
+    """``columns`` of every row of ``table`` (with ``org_id`` and ``created_at``) in the caller's org,
+    oldest first; owners and admins only."""
+    require_manager(ident)
+    async with svc.db.tx() as tx:
+        return await tx.fetch_all(select(*columns).where(table.c.org_id == ident.org_id).order_by(table.c.created_at))
+
+
+async def delete_org_row(tx: Tx, table: Any, org_id: str, row_id: str) -> bool:
+    """Delete the row ``row_id`` of ``table`` if it is this org's; False when there was none."""
+    return bool(await tx.execute(delete(table).where(and_(table.c.id == row_id, table.c.org_id == org_id))))
+
+
+async def missing_ids(tx: Tx, table: Any, org_id: str, ids: Sequence[str]) -> set[str]:
+    """Which of ``ids`` are not rows of ``table`` (a table with ``id`` and ``org_id``) in this org."""
+    if not ids:
+        return set()
+    rows = await tx.fetch_all(select(table.c.id).where(and_(table.c.org_id == org_id, table.c.id.in_(ids))))
+    return set(ids) - {r["id"] for r in rows}
+
+
 async def _check_project_ids(tx: Tx, org_id: str, project_ids: Any) -> tuple[str, ...] | None:
     if project_ids is None:
         return None
@@ -205,12 +226,9 @@ async def _check_project_ids(tx: Tx, org_id: str, project_ids: Any) -> tuple[str
         raise BadRequest("project_ids must be a list of project ids, or null for every project",
                          code="invalid_project_ids")
     wanted = tuple(dict.fromkeys(project_ids))
-    if wanted:
-        rows = await tx.fetch_all(select(projects.c.id).where(and_(projects.c.org_id == org_id,
-                                                                   projects.c.id.in_(wanted))))
-        missing = set(wanted) - {r["id"] for r in rows}
-        if missing:
-            raise Unprocessable(f"unknown project ids in this org: {sorted(missing)}", code="unknown_project")
+    missing = await missing_ids(tx, projects, org_id, wanted)
+    if missing:
+        raise Unprocessable(f"unknown project ids in this org: {sorted(missing)}", code="unknown_project")
     return wanted
 
 

@@ -25,7 +25,7 @@ from treg.ids import new_id
 from treg.infra import ssrf
 from treg.infra.db import Tx
 from treg.infra.schema import members, projects, secrets, tools
-from treg.tenancy import Identity, changes, refuse_unknown_fields, require_manager
+from treg.tenancy import Identity, changes, missing_ids, refuse_unknown_fields, require_manager
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
@@ -201,12 +201,9 @@ async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> No
     if allowed is not None:
         if not isinstance(allowed, list) or not all(isinstance(m, str) for m in allowed):
             raise BadRequest("allowed_member_ids must be a list of member ids or null", code="invalid_members")
-        if allowed:
-            rows = await tx.fetch_all(select(members.c.id).where(and_(members.c.org_id == org_id,
-                                                                      members.c.id.in_(allowed))))
-            missing = set(allowed) - {r["id"] for r in rows}
-            if missing:
-                raise Unprocessable(f"unknown member ids in this org: {sorted(missing)}", code="unknown_member")
+        missing = await missing_ids(tx, members, org_id, allowed)
+        if missing:
+            raise Unprocessable(f"unknown member ids in this org: {sorted(missing)}", code="unknown_member")
 
 
 def _check_name(name: Any) -> str:

@@ -27,6 +27,7 @@ import weakref
 from dataclasses import dataclass
 from typing import IO, Any, AsyncIterator, Iterable, Sequence
 
+from treg import jsonpath
 from treg.call import encodings
 from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
@@ -164,25 +165,6 @@ async def spool_answer(resp: UpstreamResponse, budget: SpoolBudget, limit: int |
             budget.give_back(claimed)
 
 
-def _parts(path: str) -> list[str]:
-    """``candidates.0.finishReason`` or ``candidates[0].finishReason`` → its keys and indexes."""
-    return [p for p in path.replace("[", ".").replace("]", "").split(".") if p]
-
-
-_MISSING = object()
-
-
-def _leaf(doc: Any, parts: list[str]) -> Any:
-    for key in parts:
-        if isinstance(doc, dict) and key in doc:
-            doc = doc[key]
-        elif isinstance(doc, list) and key.isdigit() and int(key) < len(doc):
-            doc = doc[int(key)]
-        else:
-            return _MISSING
-    return doc
-
-
 def _place(skeleton: Any, doc: Any, parts: list[str], value: Any) -> Any:
     """``skeleton`` with ``value`` set at ``parts``, building the containers on the way as ``doc``
     (the answer) has them."""
@@ -208,9 +190,9 @@ def _keep_paths(doc: Any, paths: Iterable[str]) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {}
     for path in paths:
-        parts = _parts(path)
-        value = _leaf(doc, parts) if parts else _MISSING
-        if value is not _MISSING:
+        parts = jsonpath.parts(path)
+        value = jsonpath.dig(doc, parts, jsonpath.MISSING) if parts else jsonpath.MISSING
+        if value is not jsonpath.MISSING:
             out = _place(out, doc, parts, value)
     return out
 

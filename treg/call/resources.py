@@ -42,6 +42,7 @@ from treg.call.types import CallInput, ResolvedTarget, split_query
 from treg.catalog.managed import ManagedResource, delete_endpoint
 from treg.catalog.model import Endpoint, join_url
 from treg.catalog.placeholders import decode_query_value, encode_segment, fill_path
+from treg.jsonpath import dig
 from treg.context import Services
 from treg.errors import Forbidden, GatewayFailed, NotFound, TregError
 from treg.infra import upstream
@@ -158,14 +159,7 @@ async def check_owned(svc: Services, state: "CallState") -> None:
 # -- once the answer is in hand ----------------------------------------------------------------------
 
 def _answer_id(answer: Any, id_path: str) -> str | None:
-    obj = answer
-    for part in id_path.split("."):
-        if isinstance(obj, dict) and part in obj:
-            obj = obj[part]
-        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
-            obj = obj[int(part)]
-        else:
-            return None
+    obj = dig(answer, id_path)
     if isinstance(obj, bool) or not isinstance(obj, (str, int)):
         return None
     text = str(obj)

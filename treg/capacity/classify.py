@@ -15,6 +15,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Iterable, Mapping
 
 from treg.capacity.signatures import STRIKING, Signature, SignatureRegistry
+from treg.jsonpath import MISSING as _MISSING, dig
 
 #: what a capacity-looking answer no row claims names (the `unrecorded` tripwire)
 _CAPACITY_WORD = re.compile(r"\b(credits?|quota|balance)\b", re.I)
@@ -68,20 +69,6 @@ def _headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str
     for name, value in items:
         out.setdefault(name.lower(), value)  # the first of a repeated header, as a vendor's client reads it
     return out
-
-
-def _dig(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(obj, dict) and part in obj:
-            obj = obj[part]
-        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
-            obj = obj[int(part)]
-        else:
-            return _MISSING
-    return obj
-
-
-_MISSING = object()
 
 
 def retry_after_seconds(value: str | None, now: datetime) -> float | None:
@@ -167,7 +154,7 @@ def _matches(sig: Signature, a: _Answer, retry_after: float | None) -> bool:
     if sig.body_contains is not None and sig.body_contains not in a.text:
         return False
     if sig.body_json_path is not None:
-        value = _dig(a.json, sig.body_json_path) if a.json is not _MISSING else _MISSING
+        value = dig(a.json, sig.body_json_path, _MISSING) if a.json is not _MISSING else _MISSING
         if value is _MISSING:
             return False
         if sig.body_json_pattern is not None:
@@ -184,7 +171,7 @@ def _reset(sig: Signature, a: _Answer, now: datetime) -> datetime | None:
     if sig.resets_header is not None:
         raw: Any = a.headers.get(sig.resets_header)
     else:
-        raw = _dig(a.json, sig.resets_json_path) if a.json is not _MISSING else _MISSING  # type: ignore[arg-type]
+        raw = dig(a.json, sig.resets_json_path, _MISSING) if a.json is not _MISSING else _MISSING  # type: ignore[arg-type]
     if raw is None or raw is _MISSING:
         return None
     return parse_reset(raw, sig.resets_format, now)

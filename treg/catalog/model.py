@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from treg.bindings import Binding
+from treg.jsonpath import dig
 
 Tier = Literal["own", "team", "anonymous", "platform"]
 #: the ladder's order (catalog.md "Credential tiers"): free beats paid, so anonymous precedes platform
@@ -66,17 +67,6 @@ class UsageTerm:
 
 def _number(d: Decimal) -> int | float:
     return int(d) if d == d.to_integral_value() else float(d)
-
-
-def _dig(obj: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(obj, dict) and part in obj:
-            obj = obj[part]
-        elif isinstance(obj, list) and part.isdigit() and int(part) < len(obj):
-            obj = obj[int(part)]
-        else:
-            return None
-    return obj
 
 
 @dataclass(frozen=True)
@@ -144,7 +134,7 @@ class Price:
             return self.estimate_micro
         total = Decimal(0)
         for term in self.usage:
-            units = _dig(answer, term.path)
+            units = dig(answer, term.path)
             if isinstance(units, bool) or not isinstance(units, (int, float)) or units < 0 \
                     or (isinstance(units, float) and not math.isfinite(units)):
                 return self.estimate_micro

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
 from treg.catalog.model import Endpoint
+from treg.jsonpath import dig
 
 #: the loader's ``_Collector.add(plugin, row, field, message)``
 Report = Callable[[str, str, str, str], None]
@@ -75,16 +76,7 @@ class Utility:
 
 def value_at(doc: Any, path: str | None) -> Any:
     """The value at a dotted path of a parsed JSON answer (a digit part indexes a list); None: absent."""
-    if path is None:
-        return None
-    for part in path.split("."):
-        if isinstance(doc, dict) and part in doc:
-            doc = doc[part]
-        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
-            doc = doc[int(part)]
-        else:
-            return None
-    return doc
+    return None if path is None else dig(doc, path)
 
 
 def _strings(raw: Any) -> tuple[str, ...] | None:

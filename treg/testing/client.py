@@ -8,16 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass
-class RawReply:
-    """One HTTP/1.1 answer as it came off the wire (framing kept: ``chunked`` says how the body came)."""
+class HeaderLookup:
+    """Case-insensitive reads of a ``headers`` list of (name, value) pairs, kept in wire order."""
 
-    status: int
-    reason: str
     headers: list[tuple[str, str]]
-    body: bytes
-    chunked: bool
-    head: bytes
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
@@ -27,6 +21,18 @@ class RawReply:
 
     def header_all(self, name: str) -> list[str]:
         return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+@dataclass
+class RawReply(HeaderLookup):
+    """One HTTP/1.1 answer as it came off the wire (framing kept: ``chunked`` says how the body came)."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    chunked: bool
+    head: bytes
 
     def json(self) -> Any:
         import json

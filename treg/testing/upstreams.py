@@ -7,9 +7,11 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+from treg.testing.client import HeaderLookup
+
 
 @dataclass
-class Exchange:
+class Exchange(HeaderLookup):
     """One request as it arrived on the wire."""
 
     raw: bytes
@@ -21,15 +23,6 @@ class Exchange:
     writer: Any = field(default=None, repr=False, compare=False)
     #: which connection (1-based, in accept order) carried this request
     connection: int = 0
-
-    def header(self, name: str) -> str | None:
-        for k, v in self.headers:
-            if k.lower() == name.lower():
-                return v
-        return None
-
-    def header_all(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name.lower()]
 
     @property
     def method(self) -> str:

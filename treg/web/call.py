@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import AsyncIterator, Awaitable
+from typing import AsyncIterator, Awaitable, Callable
 
 from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -203,28 +203,19 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     return resp
 
 
+def _surface_route(surface: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def route(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handle(request, surface)
+        except Exception as exc:  # noqa: BLE001 (rendered here: no middleware frame on the hot path)
+            return render_failure(request, exc)
+    route.__name__ = route.__qualname__ = f"{surface}_route"
+    return route
+
+
 # [\s\S]: match_info is percent-decoded, and a target such as /call/%0d%0a... must still reach the call
-# surface (a clear 404 with X-Treg-Call-Id), not fall through the router as "no route" ('.' stops at \n)
-@routes.route("*", "/call/{rest:[\\s\\S]*}")
-async def call(request: web.Request) -> web.StreamResponse:
-    try:
-        return await handle(request, "call")
-    except Exception as exc:  # noqa: BLE001 (rendered here: no middleware frame on the hot path)
-        return render_failure(request, exc)
-
-
-@routes.route("*", "/catalog/call/{rest:[\\s\\S]*}")
-async def catalog_call(request: web.Request) -> web.StreamResponse:
-    try:
-        return await handle(request, "catalog")
-    except Exception as exc:  # noqa: BLE001
-        return render_failure(request, exc)
-
-
-@routes.route("*", "/redirect/{rest:[\\s\\S]*}")
-async def redirect(request: web.Request) -> web.StreamResponse:
-    """A relayed redirect to another host, followed: relayed there with no credential (treg/call/redirects.py)."""
-    try:
-        return await handle(request, "redirect")
-    except Exception as exc:  # noqa: BLE001
-        return render_failure(request, exc)
+# surface (a clear 404 with X-Treg-Call-Id), not fall through the router as "no route" ('.' stops at \n).
+# /redirect/: a relayed redirect to another host, followed: relayed there with no credential
+# (treg/call/redirects.py)
+for _surface, _prefix in _PREFIXES.items():
+    routes.route("*", _prefix + "{rest:[\\s\\S]*}")(_surface_route(_surface))

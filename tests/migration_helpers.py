@@ -1,0 +1,53 @@
+"""Test helpers for migrations: a migration's tables against treg/infra/schema.py, and a revision
+upgraded, downgraded and upgraded again on a database of its own."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Collection
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from ops_helpers import empty_database
+from sqlalchemy import inspect
+
+from treg.infra import migrate
+from treg.infra.schema import metadata
+
+
+def table_of(diff: object, tables: Collection[str]) -> str | None:
+    """The table an alembic autogenerate diff is about, when it names one of ``tables`` or any table."""
+    item = diff[0] if isinstance(diff, list) else diff
+    for part in item[1:] if isinstance(item, tuple) else ():
+        name = getattr(part, "name", None) if not isinstance(part, str) else part
+        table = getattr(part, "table", None)
+        if table is not None:
+            return table.name
+        if isinstance(name, str) and name in tables:
+            return name
+    return None
+
+
+def table_names(dsn: str) -> set[str]:
+    with migrate.engine_for(dsn).connect() as conn:
+        return set(inspect(conn).get_table_names())
+
+
+def assert_schema_matches(dsn: str, tables: Collection[str]) -> None:
+    """The migrated database at ``dsn`` has ``tables`` exactly as treg/infra/schema.py declares them."""
+    with migrate.engine_for(dsn).connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+    assert set(tables) <= table_names(dsn)
+    assert [d for d in diffs if table_of(d, tables) in tables] == []
+
+
+def assert_up_down_up(pg_base: str, revision: str, module: str, tables: Collection[str]) -> None:
+    """``revision`` (file ``treg_migrations.versions.<module>``) creates ``tables``, its downgrade drops
+    them, and it upgrades again, on an empty database of its own."""
+    down = importlib.import_module(f"treg_migrations.versions.{module}").down_revision
+    with empty_database(pg_base) as dsn:
+        migrate.upgrade(dsn, revision)
+        migrate.downgrade(dsn, down)
+        assert not set(tables) & table_names(dsn)
+        migrate.upgrade(dsn, revision)
+        assert set(tables) <= table_names(dsn)

@@ -1,0 +1,154 @@
+"""The access log: one line per request, as its own sink.
+
+Speed trick, named: **batched access lines** (figures: docs/performance.md, "Where each speed trick
+lives"). An access line is written once per request, so under ``treg serve`` it does not go through
+logging at all: :class:`AccessSink` keeps each request's few values as a tuple and formats the kept
+lines together when the console drains them (at most ``LINES_MAX`` at once, so one batch never holds
+the loop for long), written with one ``write`` through the console's batched writer
+(:class:`treg.logs.Console`) that the log's own lines share, so the order of lines is kept. It makes
+no LogRecord, needs no handler chain and reads nothing of logging's state: what it writes is fixed
+when ``treg serve`` makes it (the log's format, ``text`` or ``json``), and whether it writes at all
+is the ``aiohttp.access`` logger's level (:attr:`AccessLogger.enabled`).
+
+Without a sink (aiohttp's test server, an app embedded elsewhere) :class:`AccessLogger` hands logging
+a record, as aiohttp's own access logger would, with the call's fields for a JSON formatter.
+
+Never the query string (callers put keys there) nor a redirect's opaque value; in ``json`` the line
+adds the call's id, org, member and surface.
+"""
+
+from __future__ import annotations
+
+import logging
+import time as clock
+from typing import Any, ClassVar
+
+import orjson
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from treg import logs
+
+#: at most this many access lines are formatted in one batch: a bound on memory between two timer
+#: flushes, and on how long one batch holds the loop (docs/performance.md, round 4)
+LINES_MAX = 256
+#: the line's text after the timestamp and level, as ``logging`` would format the record
+MESSAGE = "%s %s %s %s %.1fms"
+LOGGER = "aiohttp.access"
+CALL_ID = "X-Treg-Call-Id"
+
+#: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
+_SURFACES = (("/call/", "call"), ("/catalog/call/", "catalog"), ("/redirect/", "redirect"), ("/api/", "api"))
+
+
+def surface(path: str) -> str:
+    for prefix, name in _SURFACES:
+        if path.startswith(prefix):
+            return name
+    return "other"
+
+
+def logged_path(raw_path: str) -> str:
+    # never the query string (callers put keys there), nor a redirect's opaque value: it seals the
+    # target URL and whatever token that URL carried (treg/call/redirects.py)
+    path = raw_path.partition("?")[0]
+    if not path.startswith("/"):  # absolute-form (GET http://user:pw@treg/call/...): its path only
+        path = "/" + path.split("://", 1)[-1].partition("/")[2]
+    return "/redirect/…" if path.startswith("/redirect/") else path
+
+
+#: what one request leaves for its line: (created, method, path, status, bytes, seconds, call_id, caller)
+Entry = tuple[float, str, str, int, int, float, "str | None", "tuple[str, str | None] | None"]
+
+
+class AccessSink:
+    """Access lines kept unformatted, written in batches through ``console`` in ``fmt`` (``text`` or
+    ``json``, as :func:`treg.logs.configure` formats the log). Call :meth:`log` on the serving loop."""
+
+    def __init__(self, console: logs.Console, fmt: str = "text", *, logger: str = LOGGER) -> None:
+        self._console = console
+        self._json = fmt == "json"
+        self._logger = logger
+        self._prefix = f" INFO {logger}: "
+        self._text_time = logs.Formatter(logs.FORMAT)
+        self._json_time = logs.JsonFormatter()
+        self._kept: list[Entry] = []
+        console.add_source(self.take)
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> None:
+        """The line of one request (the call's id and caller are read only when the format shows them)."""
+        if self._json:
+            call_id, caller = response.headers.get(CALL_ID), logs.CALLER.get()
+        else:
+            call_id = caller = None
+        self.add((clock.time(), request.method, logged_path(request.raw_path), response.status,
+                  response.body_length, seconds, call_id, caller))
+
+    def add(self, entry: Entry) -> None:
+        with self._console.lock:
+            self._kept.append(entry)
+            full = len(self._kept) >= LINES_MAX
+        if full:
+            self._console.drain()
+        else:
+            self._console.later()
+
+    def take(self) -> str:
+        """The kept lines' text, forgotten here (the console calls it before writing anything else)."""
+        with self._console.lock:
+            kept, self._kept = self._kept, []
+        if not kept:
+            return ""
+        line = self._json_line if self._json else self._text_line
+        return "".join([line(entry) for entry in kept])
+
+    def _text_line(self, entry: Entry) -> str:
+        created, method, path, status, size, seconds, _, _ = entry
+        msecs = int((created - int(created)) * 1000)  # as LogRecord computes it
+        message = MESSAGE % (method, path, status, size, seconds * 1000)
+        return f"{self._text_time.time_text(created, msecs)}{self._prefix}{message}\n"
+
+    def _json_line(self, entry: Entry) -> str:
+        created, method, path, status, size, seconds, call_id, caller = entry
+        return orjson.dumps({"ts": self._json_time.ts(created), "level": "INFO", "logger": self._logger,
+                             "msg": MESSAGE % (method, path, status, size, seconds * 1000),
+                             **fields(method, path, status, size, seconds, call_id, caller)},
+                            default=str).decode() + "\n"
+
+
+def fields(method: str, path: str, status: int, size: int, seconds: float, call_id: str | None,
+           caller: tuple[str, str | None] | None) -> dict[str, Any]:
+    """An access line's own fields in ``json``."""
+    org_id, member_id = caller or (None, None)
+    return {"call_id": call_id, "org_id": org_id, "member_id": member_id, "surface": surface(path),
+            "method": method, "path": path, "status": status, "bytes": size, "duration_ms": round(seconds * 1000, 1)}
+
+
+class AccessLogger(AbstractAccessLogger):
+    """aiohttp's access logger (one per connection): the line to ``sink`` when the runner has one
+    (:meth:`writing_to`), else a record handed to logging."""
+
+    sink: ClassVar[AccessSink | None] = None
+
+    @classmethod
+    def writing_to(cls, sink: AccessSink | None) -> type[AccessLogger]:
+        """The access logger class for a runner whose lines go to ``sink`` (aiohttp takes a class)."""
+        return cls if sink is None else type(cls.__name__, (cls,), {"sink": sink})
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        if self.sink is not None:
+            self.sink.log(request, response, time)
+            return
+        # the raw path as the caller sent it: no URL object decoded for a line
+        method, path, status, size = request.method, logged_path(request.raw_path), response.status, response.body_length
+        call_id, caller = response.headers.get(CALL_ID), logs.CALLER.get()
+        # a record made directly, without logging's caller lookup (a walk up the stack for a file and
+        # line nobody reads in an access line)
+        record = self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0, MESSAGE,
+                                        (method, path, status, size, time * 1000), None)
+        setattr(record, logs.EXTRA_FIELDS, fields(method, path, status, size, time, call_id, caller))
+        self.logger.handle(record)
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
