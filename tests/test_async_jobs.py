@@ -332,3 +332,28 @@ async def test_own_and_team_tiers_relay_faithfully(world):
     w.vendor.job(task).status = "completed"
     await w.poll(task, w.b)  # a team-tier poll settles nothing of treg's
     assert (await w.balance())["held_micro"] == 5000
+
+
+async def test_a_pinned_poll_reads_only_jobs_submitted_with_its_tag(world):
+    """The seed's pinned predicates: a poll carrying an ``X-Treg-Tag`` must match the submission's tag;
+    an unknown, another org's or another tag's id is one 404 ``task_not_found``, and the vendor hears
+    nothing. An unpinned poll still reads the org's job."""
+    w = world
+    r = await w.submit(headers={"X-Treg-Tag": "customer-1"})
+    assert r.status == 200, await r.text()
+    task = json.loads(r.headers["X-Treg-Async"])["task_id"]
+    _, other = await _submitted(w)  # the same org, no tag
+    _, foreign = await _submitted(w, gw=w.b)
+    seen = len(w.up.exchanges)
+    bodies = []
+    for tid, gw in ((other, None), (foreign, w.b), (foreign, None), ("t999", None)):
+        r = await w.poll(tid, gw, headers={"X-Treg-Tag": "customer-1" if gw is None else "customer-9"})
+        assert r.status == 404 and r.headers["X-Treg-Error"] == "1"
+        bodies.append(await r.json())
+    assert {b["error"] for b in bodies} == {"task_not_found"}
+    assert len(w.up.exchanges) == seen
+    r = await w.poll(task, headers={"X-Treg-Tag": "customer-2"})
+    assert r.status == 404
+    assert (await w.poll(task, headers={"X-Treg-Tag": "customer-1"})).status == 200
+    assert (await w.poll(task)).status == 200  # unpinned: the org's job
+    assert len(w.up.exchanges) == seen + 2

@@ -31,6 +31,7 @@ def upgrade() -> None:
     sa.Column('updated_at', sa.DateTime(timezone=True), server_default=sa.text('now()'), nullable=False),
     sa.Column('last_polled_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
+    sa.Column('tag', sa.String(length=200), nullable=True),
     sa.CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name=op.f('ck_async_jobs_state')),
     sa.ForeignKeyConstraint(['org_id'], ['orgs.id'], name=op.f('fk_async_jobs_org_id_orgs'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_async_jobs')),

@@ -31,7 +31,7 @@ from treg.call.types import split_query
 from treg.catalog.errors import InvalidParameters
 from treg.catalog.placeholders import decode_query_value
 from treg.context import Services
-from treg.errors import Forbidden, TregError
+from treg.errors import Forbidden, NotFound, TregError
 from treg.jobs import store
 from treg.jobs.spec import Submission, Utility, value_at
 
@@ -48,6 +48,13 @@ class TaskNotOwned(Forbidden):
     alike: the answer must not tell them apart)."""
 
     code = "task_not_owned"
+
+
+class TaskNotFound(NotFound):
+    """404: a pinned poll or fetch (one with an ``X-Treg-Tag``) names no job of its org submitted with
+    that pin (the seed's pinned predicates: one answer for unknown, foreign and another pin's ids)."""
+
+    code = "task_not_found"
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,12 @@ async def guard(svc: Services, state: "CallState") -> None:
         row = await store.find_owned(svc, org_id=state.ident.org_id, provider=cat.provider.id,  # type: ignore[union-attr]
                                      utility=cat.endpoint.id, kind=util.kind, value=value,
                                      by_result_id=util.by_result_id)
+    pin = state.inp.tag
+    if pin and (row is None or row["tag"] != pin):
+        # every pin must match the submission's snapshot (treg/call/resources.py pins objects the same way)
+        what = "result id" if util.by_result_id else "task id"
+        raise TaskNotFound(f"{cat.endpoint.id} on treg's key: the {what} in {util.task_param!r} is not a job this "
+                           "org started with this X-Treg-Tag", refused_by="ownership")
     if row is None:
         what = "result id" if util.by_result_id else "task id"
         raise TaskNotOwned(f"{cat.endpoint.id} on treg's key reads only jobs this org started; the {what} in "
@@ -150,7 +163,8 @@ async def after_answer(svc: Services, state: "CallState", status: int, answer: A
     try:
         recorded = await store.record(svc, org_id=ident.org_id, member_id=ident.member_id,
                                       provider=target.provider or "", endpoint_id=target.endpoint_id or "",
-                                      task_id=task_id, call_id=state.inp.call_id, poll=sub.poll, fetch=sub.fetch)
+                                      task_id=task_id, call_id=state.inp.call_id, poll=sub.poll, fetch=sub.fetch,
+                                      tag=state.inp.tag)
     except TregError:
         # the vendor runs a job treg cannot bill or authorize: charge nothing, hand out no pollable id
         log.error("async job of call %s (%s) could not be recorded; its hold is released",

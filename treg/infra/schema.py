@@ -377,6 +377,8 @@ async_jobs = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("last_polled_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
+    #: the submitting call's pin (its X-Treg-Tag): a pinned poll or fetch must carry the same; NULL: unpinned
+    Column("tag", String(200), nullable=True),
     CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name="state"),
     # one vendor account: a task id names one job; the ownership lookup is (provider, task_id) then org
     UniqueConstraint("provider", "task_id"),

@@ -36,13 +36,13 @@ class Recorded(str, enum.Enum):
 
 
 async def record(svc: Services, *, org_id: str, member_id: str | None, provider: str, endpoint_id: str,
-                 task_id: str, call_id: str, poll: str, fetch: str | None) -> Recorded:
-    """Record the job (the submission's hold stays open under ``call_id``)."""
+                 task_id: str, call_id: str, poll: str, fetch: str | None, tag: str | None = None) -> Recorded:
+    """Record the job (the submission's hold stays open under ``call_id``; ``tag``: its pin)."""
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(
             pg_insert(async_jobs).values(id=new_id("job"), org_id=org_id, member_id=member_id, provider=provider,
                                          endpoint_id=endpoint_id, task_id=task_id, call_id=call_id,
-                                         poll_endpoint=poll, fetch_endpoint=fetch, state=PENDING)
+                                         poll_endpoint=poll, fetch_endpoint=fetch, state=PENDING, tag=tag)
             .on_conflict_do_nothing(index_elements=[async_jobs.c.provider, async_jobs.c.task_id])
             .returning(async_jobs.c.id))
         if row is not None:
