@@ -4,7 +4,7 @@ upgraded, downgraded and upgraded again on a database of its own."""
 from __future__ import annotations
 
 import importlib
-from typing import Collection
+from typing import Collection, Mapping
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -41,13 +41,25 @@ def assert_schema_matches(dsn: str, tables: Collection[str]) -> None:
     assert [d for d in diffs if table_of(d, tables) in tables] == []
 
 
-def assert_up_down_up(pg_base: str, revision: str, module: str, tables: Collection[str]) -> None:
-    """``revision`` (file ``treg_migrations.versions.<module>``) creates ``tables``, its downgrade drops
-    them, and it upgrades again, on an empty database of its own."""
+def column_names(dsn: str, table: str) -> set[str]:
+    with migrate.engine_for(dsn).connect() as conn:
+        return {c["name"] for c in inspect(conn).get_columns(table)}
+
+
+def assert_up_down_up(pg_base: str, revision: str, module: str, tables: Collection[str],
+                      columns: Mapping[str, Collection[str]] | None = None) -> None:
+    """``revision`` (file ``treg_migrations.versions.<module>``) creates ``tables`` (and adds
+    ``columns`` to existing tables), its downgrade drops them, and it upgrades again, on an empty
+    database of its own."""
     down = importlib.import_module(f"treg_migrations.versions.{module}").down_revision
+    columns = columns or {}
     with empty_database(pg_base) as dsn:
         migrate.upgrade(dsn, revision)
         migrate.downgrade(dsn, down)
         assert not set(tables) & table_names(dsn)
+        for table, added in columns.items():
+            assert not set(added) & column_names(dsn, table)
         migrate.upgrade(dsn, revision)
         assert set(tables) <= table_names(dsn)
+        for table, added in columns.items():
+            assert set(added) <= column_names(dsn, table)

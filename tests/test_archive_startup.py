@@ -3,16 +3,14 @@ treg naming the plugin, the row and the field; migration 0010 matches the schema
 
 from __future__ import annotations
 
-import importlib
-import secrets
 
-import psycopg2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
 from archive_helpers import CLASSIFIER_PLUGIN, people_provider, write_classifier_plugin
+from migration_helpers import assert_up_down_up
 from treg import plugins, testing
 from treg.app import create_app
 from treg.catalog.errors import CatalogError
@@ -158,26 +156,8 @@ def test_schema_matches_migration(dsn):
 
 
 def test_0010_up_down_up(pg_base):
-    name = f"treg_t_mig_{secrets.token_hex(4)}"
-    admin = psycopg2.connect(pg_base)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        dsn = testing.dsn_for(pg_base, name)
-        migrate.upgrade(dsn, "0010")
-        down = importlib.import_module("treg_migrations.versions.0010_archive").down_revision
-        migrate.downgrade(dsn, down)
-        with migrate.engine_for(dsn).connect() as conn:
-            assert "archive_entries" not in inspect(conn).get_table_names()
-            assert "result_state" not in {c["name"] for c in inspect(conn).get_columns("calls")}
-        migrate.upgrade(dsn, "0010")
-        with migrate.engine_for(dsn).connect() as conn:
-            assert "archive_entries" in inspect(conn).get_table_names()
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    assert_up_down_up(pg_base, "0010", "0010_archive", {"archive_entries"},
+                      columns={"calls": {"result_state", "cache_state"}})
 
 
 def test_the_endpoint_listing_shows_its_archive(catalog):

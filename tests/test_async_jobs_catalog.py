@@ -4,17 +4,14 @@
 from __future__ import annotations
 
 import copy
-import importlib
-import secrets
 from typing import Any
 
-import psycopg2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from treg import testing
+from migration_helpers import assert_up_down_up
 from treg.catalog.errors import CatalogError
 from treg.catalog.load import build_catalog
 from treg.infra import migrate
@@ -121,23 +118,4 @@ def test_schema_matches_migration(dsn):
 
 
 def test_0007_up_down_up(pg_base):
-    name = f"treg_t_mig_{secrets.token_hex(4)}"
-    admin = psycopg2.connect(pg_base)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        dsn = testing.dsn_for(pg_base, name)
-        migrate.upgrade(dsn, "0007")
-        down = importlib.import_module("treg_migrations.versions.0007_async_jobs").down_revision
-        migrate.downgrade(dsn, down)
-        with migrate.engine_for(dsn).connect() as conn:
-            assert not TABLES & set(inspect(conn).get_table_names())
-            assert "kind" not in {c["name"] for c in inspect(conn).get_columns("calls")}
-        migrate.upgrade(dsn, "0007")
-        with migrate.engine_for(dsn).connect() as conn:
-            assert TABLES <= set(inspect(conn).get_table_names())
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    assert_up_down_up(pg_base, "0007", "0007_async_jobs", TABLES, columns={"calls": {"kind"}})

@@ -3,18 +3,15 @@ migration 0008 matching treg/infra/schema.py."""
 
 from __future__ import annotations
 
-import importlib
-import secrets
 from typing import Any, Callable
 
-import psycopg2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from resources_helpers import hooky_provider
 from sqlalchemy import inspect
 
-from treg import testing
+from migration_helpers import assert_up_down_up
 from treg.catalog.errors import CatalogError
 from treg.catalog.load import build_catalog
 from treg.catalog.managed import ManagedResource
@@ -106,22 +103,4 @@ def test_schema_matches_migration(dsn, monkeypatch):
 
 
 def test_0008_up_down_up(pg_base):
-    name = f"treg_t_mig_{secrets.token_hex(4)}"
-    admin = psycopg2.connect(pg_base)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        dsn = testing.dsn_for(pg_base, name)
-        migrate.upgrade(dsn, "0008")
-        down = importlib.import_module("treg_migrations.versions.0008_provider_resources").down_revision
-        migrate.downgrade(dsn, down)
-        with migrate.engine_for(dsn).connect() as conn:
-            assert not TABLES & set(inspect(conn).get_table_names())
-        migrate.upgrade(dsn, "0008")
-        with migrate.engine_for(dsn).connect() as conn:
-            assert TABLES <= set(inspect(conn).get_table_names())
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
+    assert_up_down_up(pg_base, "0008", "0008_provider_resources", TABLES)
