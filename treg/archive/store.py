@@ -8,8 +8,6 @@ already there replaces it (a ``refresh``, or an expired row the prune has not re
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -17,6 +15,7 @@ from typing import Any, Awaitable, Callable
 from sqlalchemy import and_, delete, func, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from treg import periodic
 from treg.context import Services
 from treg.infra.schema import archive_entries
 
@@ -86,23 +85,9 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]] | None
     if interval <= 0:
         return None
 
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                n = await prune(svc)
-                if n:
-                    log.info("archive: pruned %d expired entr%s", n, "y" if n == 1 else "ies")
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("archive: prune failed")
+    async def run() -> None:
+        n = await prune(svc)
+        if n:
+            log.info("archive: pruned %d expired entr%s", n, "y" if n == 1 else "ies")
 
-    task = asyncio.create_task(loop(), name="treg-archive-prune")
-
-    async def close() -> None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    return close
+    return periodic.every(interval, run, name="treg-archive-prune", log=log)

@@ -12,8 +12,6 @@ would contend for the same orgs' balance rows with live calls, twice over. Only 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -21,6 +19,7 @@ import aiopg
 import psycopg2
 from sqlalchemy import and_, func, select, text
 
+from treg import periodic
 from treg.context import Services
 from treg.errors import DatabaseError
 from treg.infra.schema import holds
@@ -98,21 +97,4 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]] | None
     if interval <= 0:
         return None
 
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await run_once(svc)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reaper: run failed")
-
-    task = asyncio.create_task(loop(), name="treg-reaper")
-
-    async def close() -> None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    return close
+    return periodic.every(interval, lambda: run_once(svc), name="treg-reaper", log=log)
