@@ -32,18 +32,29 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
         body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
         if not isinstance(inp.body, bytes) and inp.body is not None:
             state.inp = inp = replace(inp, body=body, content_length=len(body))
-        digest = idempotency.request_digest(inp.method, target.endpoint_id or "", inp.raw_query, body)
-        state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id,
-                                             pin=call_pin(inp))  # the pin: its own replay namespace
-        if state.claim.outcome is idempotency.ClaimOutcome.REPLAY:
+        if await claim_key(svc, state, target.endpoint_id or "", body):
             return _replay_outcome(svc, state)
-        refusal = state.claim.refusal()
-        if refusal is not None:
-            state.claim = None  # not ours to abandon
-            raise refusal
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
                                         amount_micro=cat.hold_micro, tag=inp.tag)
     return None
+
+
+async def claim_key(svc: Services, state: CallState, endpoint_id: str, body: bytes) -> bool:
+    """Claim the caller's ``Idempotency-Key`` for this request (``state.claim``); True: a stored answer
+    is to be replayed (``state.claim`` holds it). A label in use or reused for another request raises
+    its refusal. The pin (the call's tag) gets its own replay namespace."""
+    inp, ident = state.inp, state.ident
+    assert ident is not None and inp.idempotency_key
+    digest = idempotency.request_digest(inp.method, endpoint_id, inp.raw_query, body)
+    state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id,
+                                         pin=call_pin(inp))
+    if state.claim.outcome is idempotency.ClaimOutcome.REPLAY:
+        return True
+    refusal = state.claim.refusal()
+    if refusal is not None:
+        state.claim = None  # not ours to abandon
+        raise refusal
+    return False
 
 
 def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:

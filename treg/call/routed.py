@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from treg import idempotency
-from treg.call import headers as hdr, metered
+from treg.call import headers as hdr, metered, reserve
 from treg.call.record import audit
 from treg.call.relay import buffer_body
 from treg.call.state import CallOutcome, CallState
@@ -197,18 +197,8 @@ async def _try_child(svc: Services, execute: Execute, inp: CallInput, endpoint_i
 
 async def _claim(svc: Services, state: CallState, endpoint_id: str) -> CallOutcome | None:
     """The routed call's Idempotency-Key: a stored routed answer comes back as a replay outcome."""
-    inp, ident = state.inp, state.ident
-    assert ident is not None and inp.idempotency_key
-    digest = idempotency.request_digest(inp.method, endpoint_id, inp.raw_query,
-                                        inp.body if isinstance(inp.body, bytes) else b"")
-    state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id)
-    if state.claim.outcome is idempotency.ClaimOutcome.REPLAY:
-        return _replay(svc, state)
-    refusal = state.claim.refusal()
-    if refusal is not None:
-        state.claim = None  # not ours to abandon
-        raise refusal
-    return None
+    body = state.inp.body if isinstance(state.inp.body, bytes) else b""
+    return _replay(svc, state) if await reserve.claim_key(svc, state, endpoint_id, body) else None
 
 
 def _replay(svc: Services, state: CallState) -> CallOutcome:
