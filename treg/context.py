@@ -32,6 +32,8 @@ from treg.settings import Settings
 if TYPE_CHECKING:
     import aiohttp
 
+    from treg.capacity.breaker import BreakerStore, LockView
+
     from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
     from treg.call.injection import InjectionPlan  # imports this module
     from treg.call.types import CallRecord
@@ -97,3 +99,9 @@ class Services:
     capacity_signatures: SignatureRegistry = field(default_factory=SignatureRegistry.empty)
     #: overflow aggregators by name (treg.overflow), collected once at startup
     aggregators: Mapping[str, Aggregator] = field(default_factory=dict)
+    #: the breaker's store and this process's view of its locks (treg.capacity.breaker); None: not running
+    breaker: "BreakerStore | None" = None
+    lock_view: "LockView | None" = None
+    #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
+    #: hosts, plain JSON exchanges, not the faithful upstream session
+    aggregator_client: "aiohttp.ClientSession | None" = None

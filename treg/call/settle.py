@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, redirects
+from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, overflow_stage, redirects
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -56,6 +56,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             data = await metered.buffer_answer(resp)
             # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
             answer = await metered.answer_evidence(data, resp.headers) if ok else None
+            if not ok and (overflowed := await overflow_stage.after_direct(svc, state, resp, data)) is not None:
+                return overflowed  # treg's account is out: served through an aggregator
         if state.claim is not None:
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money
 from treg.call import evidence
@@ -60,6 +60,8 @@ class CallState:
     cost_micro: int = 0
     #: the audit row is queued (an exceptional exit records the call once, whichever path saw it first)
     audited: bool = False
+    #: the overflow attempt (treg/call/overflow_stage.py ``Attempt``), once one started
+    overflow: Any = None
 
     #: the audit row (treg/call/record.py)
     record = call_record

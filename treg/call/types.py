@@ -166,3 +166,5 @@ class CallRecord(NamedTuple):
     error_response: dict[str, Any] | None = None
     failure_kind: str | None = None
     parent_call_id: str | None = None
+    #: ``overflow:<aggregator>`` on an overflow attempt's row (treg/call/overflow_stage.py)
+    served_via: str | None = None
