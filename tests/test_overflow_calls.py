@@ -343,3 +343,13 @@ async def test_metric_counts_real_outcomes(world):
     text = await r.text()
     assert 'treg_overflow_total{aggregator="orthogonal",result="served"} 1.0' in text
     assert 'treg_overflow_total{aggregator="orthogonal",result="refused"} 1.0' in text
+
+
+async def test_an_mcp_catalog_call_discloses_the_overflow(world):
+    from mcp_helpers import Mcp
+
+    out = await Mcp(world.gw).call("catalog_call", {"endpoint": "acme.items.get", "params": {"item_id": "7"}})
+    sc = out["structuredContent"]
+    assert out["isError"] is False and sc["body"] == {"via": "orthogonal"}
+    assert sc["served_via"] == "overflow:orthogonal" and sc["cost_micro"] == 11000
+    assert world.orth.seen[0]["json"]["path"] == "/items/7"

@@ -24,6 +24,7 @@ from treg.infra.db import Database
 from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.memo import BoundedMemo
+from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
@@ -31,8 +32,6 @@ from treg.settings import Settings
 
 if TYPE_CHECKING:
     import aiohttp
-
-    from treg.capacity.breaker import BreakerStore, LockView
 
     from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
     from treg.call.injection import InjectionPlan  # imports this module

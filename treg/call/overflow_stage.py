@@ -253,14 +253,18 @@ async def after_direct(svc: Services, state: "CallState", resp: "UpstreamRespons
                           request_bytes=state.inp.content_length, error_request=state.request_evidence(),
                           error_response=evidence.response_evidence(resp.status, resp.headers, head,
                                                                     len(data) > len(head), state.redactor))
-    return await _serve(svc, state, route, call, direct, lock=None)
+    return await _serve(svc, state, route, call, direct, lock=None, signal=signal)
 
 
 # -- the attempt -----------------------------------------------------------------------------------
-async def _run(svc: Services, route: OverflowRoute, call: OverflowInput) -> tuple[OverflowResult, str]:
+def _base_url(svc: Services, route: OverflowRoute) -> str:
+    return svc.settings.overflow_url(route.aggregator, svc.aggregators[route.aggregator].default_url)
+
+
+async def _run(svc: Services, route: OverflowRoute, call: OverflowInput) -> OverflowResult:
     """One aggregator run, no database connection open. Never raises for what the aggregator did."""
     aggregator = svc.aggregators[route.aggregator]
-    base_url = svc.settings.overflow_url(route.aggregator, aggregator.default_url)
+    base_url = _base_url(svc, route)
     key = svc.settings.overflow_key(route.aggregator)
     assert key is not None and svc.aggregator_client is not None  # first_usable skips one without a key
     try:
@@ -274,7 +278,7 @@ async def _run(svc: Services, route: OverflowRoute, call: OverflowInput) -> tupl
         result = OverflowResult(agg.NOT_ENVELOPE, message="the aggregator plugin failed")
     if not isinstance(result, OverflowResult):
         result = OverflowResult(agg.NOT_ENVELOPE, message="the aggregator plugin returned no result")
-    return result, base_url
+    return result
 
 
 async def _account(svc: Services, state: "CallState", route: OverflowRoute, result: OverflowResult,
@@ -305,7 +309,7 @@ async def _account(svc: Services, state: "CallState", route: OverflowRoute, resu
 async def _shadow(svc: Services, state: "CallState", route: OverflowRoute, call: OverflowInput) -> None:
     """Shadow mode: the aggregator called where ``on`` would call it, logged and paid (its budget), the
     caller's answer untouched and uncharged."""
-    result, _ = await _run(svc, route, call)
+    result = await _run(svc, route, call)
     verdict = await _account(svc, state, route, result, shadow=True)
     shape = type(result.vendor_body).__name__ if result.vendor_body is not None else None
     log.info("overflow shadow: call %s via %s: aggregator status %s, vendor status %s, body %s, cost %d micro, "
@@ -315,11 +319,11 @@ async def _shadow(svc: Services, state: "CallState", route: OverflowRoute, call:
 
 
 async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: OverflowInput,
-                 direct: CallRecord, *, lock: "Lock | None") -> "CallOutcome | None":
+                 direct: CallRecord, *, lock: "Lock | None", signal: Signal | None = None) -> "CallOutcome | None":
     """The overflow attempt in ``on`` mode. ``lock``: the direct attempt was skipped for it (None: the
     direct answer is in hand and stands when the aggregator refuses this request)."""
     assert state.ident is not None and state.target is not None
-    attempt = Attempt(state.inp.call_id, route, base_url="")
+    attempt = Attempt(state.inp.call_id, route, base_url=_base_url(svc, route))
     attempt.direct_row = direct
     state.overflow = attempt
     try:
@@ -330,7 +334,7 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
         attempt.take_over(svc)  # an empty balance is the normal 402, recorded as this attempt's
         raise
     try:
-        result, attempt.base_url = await _run(svc, route, call)
+        result = await _run(svc, route, call)
         verdict = await _account(svc, state, route, result, shadow=False)
         if verdict.serve:
             return await _served(svc, state, attempt, result, verdict)
@@ -346,7 +350,8 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
             state.overflow = None
             return None
         attempt.take_over(svc)
-        raise await _capacity_error(svc, state, lock, refused=verdict.refused_message if verdict.refused else None)
+        raise await _capacity_error(svc, state, lock, signal=signal,
+                                    refused=verdict.refused_message if verdict.refused else None)
     except BaseException:
         attempt.take_over(svc)  # whatever ends the call now is this attempt's row (the exit records it)
         raise
@@ -403,7 +408,7 @@ async def _lock_for(svc: Services, state: "CallState") -> "Lock | None":
     return await view.lookup(state.target.provider or "", state.target.endpoint_id)
 
 
-async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None", *,
+async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None", *, signal: Signal | None = None,
                           refused: str | None = None) -> ProviderCapacity:
     """The 503 the caller gets when overflow could not serve a call treg's own account cannot."""
     t, ident = state.target, state.ident
@@ -411,8 +416,11 @@ async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None"
     endpoint = t.catalog.endpoint
     others = {a.provider for a in svc.catalog.with_capability(endpoint.capability)} if endpoint.capability else set()
     creds = await load_org_credentials(svc, ident, {endpoint.provider} | others)
-    kind = lock.kind if lock is not None else "balance"
-    resets = lock.until if lock is not None and lock.reset_stated else None
+    # the lock's kind and reset, or what the direct answer said (balance, quota or burst)
+    if lock is not None:
+        kind, resets = lock.kind, (lock.until if lock.reset_stated else None)
+    else:
+        kind, resets = (signal.kind, signal.resets_at) if signal is not None else ("balance", None)
     exc = ProviderCapacity(provider=t.provider or endpoint.provider, endpoint=t.endpoint_id, kind=kind,
                            resets_at=resets, alternatives=alternatives(svc.catalog, endpoint, svc.settings, creds),
                            overflow_refused=refused)
