@@ -221,9 +221,8 @@ async def instead_of_direct(svc: Services, state: "CallState") -> "CallOutcome |
         await _shadow(svc, state, route, call)
         raise await _capacity_error(svc, state, lock)
     # the direct attempt was skipped: its row says the breaker refused it (no hold, cost 0)
-    skipped = await _capacity_error(svc, state, lock)
-    direct = state.record(outcome="refused", status=None, refused_by="capacity", error_code=skipped.code,
-                          blame=skipped.blame)
+    direct = state.record(outcome="refused", status=None, refused_by="capacity", error_code=ProviderCapacity.code,
+                          blame=ProviderCapacity.blame)
     return await _serve(svc, state, route, call, direct, lock=lock)
 
 
