@@ -168,6 +168,7 @@ def test_record_fills_every_column_from_its_source():
                    "tag": "tag-1", "request_bytes": 11, "response_bytes": 22, "ttfb_ms": 3,
                    "error_request": {"a": 1}, "error_response": {"b": 2}, "failure_kind": "fk",
                    "parent_call_id": "call_0", "result_state": "miss", "cache_state": "stored",
-                   "kind": "async_poll"}
+                   "kind": "async_poll",
+                   "served_via": None}  # set only on an overflow attempt's row
     with pytest.raises(TypeError):
         state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused

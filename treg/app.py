@@ -11,7 +11,6 @@ import asyncio
 import logging
 from typing import Any, AsyncIterator, Iterable
 
-import aiohttp
 from aiohttp import web
 
 from treg import plugins, tool_urls
@@ -25,7 +24,7 @@ from treg.infra.db import Database
 from treg.keys import CLIENT, SERVICES, SETTINGS
 from treg.metrics import Metrics
 from treg.settings import Settings
-from treg.call import runtime as call_runtime
+from treg.call import overflow_stage, runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.archive import store as archive_store
 from treg.results import load_classifiers
@@ -40,7 +39,7 @@ log = logging.getLogger("treg")
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
 COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup, tool_urls.setup,
-                               archive_store.setup)
+                               archive_store.setup, overflow_stage.setup)
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:

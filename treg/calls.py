@@ -69,7 +69,19 @@ async def get_call(svc: Services, ident: Identity, call_id: str) -> dict[str, An
     if row is None:
         raise NotFound("no such call visible to you", code="call_not_found")
     row.update(await job_store.call_detail(svc, ident.org_id, call_id))  # an async submission: its job, live
+    row["overflow"] = await _overflow_of(svc, ident, call_id)
     return row
+
+
+async def _overflow_of(svc: Services, ident: Identity, call_id: str) -> dict[str, Any] | None:
+    """The call's overflow attempt (its row ``<call_id>:overflow``, treg/call/overflow_stage.py), or None."""
+    q = select(calls.c.served_via, calls.c.status, calls.c.cost_micro).where(
+        and_(calls.c.org_id == ident.org_id, calls.c.id == call_id + ":overflow"))
+    async with svc.db.tx() as tx:
+        row = await tx.fetch_one(q)
+    if row is None or not (row["served_via"] or "").startswith("overflow:"):
+        return None
+    return {"aggregator": row["served_via"].split(":", 1)[1], "status": row["status"], "cost_micro": row["cost_micro"]}
 
 
 #: what the dashboard's Activity page shows per row (the list columns plus what its status column names)

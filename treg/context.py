@@ -24,6 +24,7 @@ from treg.infra.db import Database
 from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.memo import BoundedMemo
+from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
@@ -100,3 +101,9 @@ class Services:
     aggregators: Mapping[str, Aggregator] = field(default_factory=dict)
     #: result classifiers by endpoint id (treg.results), collected once at startup
     result_classifiers: ClassifierRegistry = field(default_factory=ClassifierRegistry.empty)
+    #: the breaker's store and this process's view of its locks (treg.capacity.breaker); None: not running
+    breaker: "BreakerStore | None" = None
+    lock_view: "LockView | None" = None
+    #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
+    #: hosts, plain JSON exchanges, not the faithful upstream session
+    aggregator_client: "aiohttp.ClientSession | None" = None

@@ -1,14 +1,14 @@
 """async jobs: the async_jobs table (owned vendor jobs and their open holds) and calls.kind
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 """
 from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 

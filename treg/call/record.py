@@ -43,7 +43,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
     t = state.target
     inp = state.inp
     tool = t.tool if t else None
-    return CallRecord(
+    rec = CallRecord(
         inp.call_id, state.ident.org_id, state.ident.member_id, inp.surface, inp.method,
         mask_userinfo(state.masked(inp.rest[:2000]), evidence.MASK), outcome, status,
         evidence.redact_url(t.upstream_url, state.redactor if state.secret_values else evidence.NO_SECRETS)
@@ -54,6 +54,8 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind)
+    # once an overflow attempt took the answer over, the call's further rows are that attempt's
+    return rec if state.overflow is None else state.overflow.retarget(rec)
 
 
 def request_evidence(state: "CallState") -> dict[str, Any] | None:
@@ -113,7 +115,11 @@ async def _unwind(svc: Services, state: "CallState") -> None:
     close its money; the reaper is the last resort)."""
     async def work() -> None:
         try:
-            await state.close_money(svc)
+            try:
+                await state.close_money(svc)
+            finally:
+                if state.overflow is not None:
+                    await state.overflow.close(svc)  # the overflow attempt's own hold (treg/call/overflow_stage.py)
         finally:
             await idempotency.abandon(svc, state.claim)
     with contextlib.suppress(Exception):

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from treg import idempotency, money
-from treg.call import catalog_stage
+from treg.call import catalog_stage, overflow_stage
 from treg.call.record import audit
 from treg.call.relay import buffer_body
 from treg.call.resources import call_pin
@@ -34,6 +34,8 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
             state.inp = inp = replace(inp, body=body, content_length=len(body))
         if await claim_key(svc, state, target.endpoint_id or "", body):
             return _replay_outcome(svc, state)
+    if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
+        return overflowed
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
                                         amount_micro=cat.hold_micro, tag=inp.tag)
     return None

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import (archive, catalog_stage, encodings, evidence, headers as hdr, jobs, metered, redirects,
-                       resources)
+from treg.call import (archive, catalog_stage, encodings, evidence, headers as hdr, jobs, metered, overflow_stage,
+                       redirects, resources)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -59,6 +59,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             data = await metered.buffer_answer(resp)
             # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
             answer = await metered.answer_evidence(data, resp.headers) if ok else None
+            if not ok and (overflowed := await overflow_stage.after_direct(svc, state, resp, data)) is not None:
+                return overflowed  # treg's account is out: served through an aggregator
         await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
         relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
         if state.claim is not None:

@@ -68,6 +68,8 @@ class CallState:
     kind: str | None = None
     #: the owned async job a platform-tier poll or fetch reads (treg/call/jobs.py), else None
     job: Any = None
+    #: the overflow attempt (treg/call/overflow_stage.py ``Attempt``), once one started
+    overflow: Any = None
 
     #: the audit row (treg/call/record.py)
     record = call_record

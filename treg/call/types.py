@@ -176,3 +176,5 @@ class CallRecord(NamedTuple):
     result_state: str | None = None
     cache_state: str | None = None
     kind: str | None = None
+    #: ``overflow:<aggregator>`` on an overflow attempt's row (treg/call/overflow_stage.py)
+    served_via: str | None = None

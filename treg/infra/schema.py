@@ -24,6 +24,8 @@ orgs = Table(
     Column("id", String(40), primary_key=True),
     Column("slug", String(64), nullable=False, unique=True),
     _created(),
+    # false: the org opted out of overflow to aggregators (PATCH /api/v1/org, migration 0006)
+    Column("platform_overflow", Boolean, nullable=False, server_default=text("true")),
 )
 
 users = Table(
@@ -114,7 +116,7 @@ deny_rules = Table(
 
 calls = Table(
     "calls", metadata,
-    Column("id", String(40), primary_key=True),
+    Column("id", String(64), primary_key=True),  # an overflow attempt's row is `<call_id>:overflow` (0006)
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
     Column("member_id", String(40), nullable=True),
     _created(),
@@ -131,7 +133,7 @@ calls = Table(
     Column("refused_by", String(32), nullable=True),
     Column("error_code", String(64), nullable=True),
     Column("blame", String(16), nullable=True),
-    Column("credential_tier", String(16), nullable=True),
+    Column("credential_tier", String(32), nullable=True),  # `platform-overflow` (0006)
     Column("cost_micro", BigInteger, nullable=False, server_default=text("0")),
     Column("hold_state", String(16), nullable=True),
     Column("tag", String(200), nullable=True),
@@ -151,6 +153,8 @@ calls = Table(
     Column("cache_state", String(16), nullable=True),
     # what kind of call: NULL an ordinary one; async_submit, async_poll, async_fetch (docs/lifecycle.md)
     Column("kind", String(16), nullable=True),
+    # `overflow:<aggregator>` on an overflow attempt's row (migration 0006)
+    Column("served_via", String(64), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)

@@ -7,7 +7,8 @@
   ``body_truncated``, ``body_bytes``, ``content_type``), and for an error treg's error body's keys too;
 * ``isError``: a vendor non-2xx or a treg refusal.
 
-``served_via`` says how the answer was produced: ``upstream`` (relayed now), ``idempotent_replay`` (the
+``served_via`` says how the answer was produced: ``upstream`` (relayed now), ``overflow:<aggregator>`` (served
+through an aggregator, docs/resilience.md), ``idempotent_replay`` (the
 stored answer of an earlier call with the same Idempotency-Key, not charged again) or ``treg`` (refused
 before or instead of an upstream answer).
 """
@@ -93,7 +94,8 @@ def answer_result(answer: Answer, *, call_id: str, limit: int, fallback_tier: st
     replay = (_header(answer.headers, "X-Treg-Idempotent-Replay") or "").lower() == "true"
     structured: dict[str, Any] = {
         "status": answer.status, "body": body, "call_id": call_id, "cost_micro": cost, "credential_tier": tier,
-        "served_via": "idempotent_replay" if replay else "upstream", "body_truncated": answer.truncated,
+        "served_via": "idempotent_replay" if replay else (_header(answer.headers, "X-Treg-Served-Via") or "upstream"),
+        "body_truncated": answer.truncated,
         "body_bytes": answer.size if answer.size is not None else len(answer.data),
         "content_type": _header(answer.headers, "Content-Type")}
     if 300 <= answer.status < 400 and _header(answer.headers, "Location"):

@@ -5,8 +5,9 @@ path, so they are not cached."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from sqlalchemy import and_, select
 from sqlalchemy.dialects.postgresql import insert
@@ -91,3 +92,31 @@ class OverflowStore:
             if await self.usable(route, provider):
                 return route
         return None
+
+    async def usability(self) -> "Usability":
+        """Every mark and today's spend in two reads, for answering usability of many routes at once
+        (the catalog listing)."""
+        now = self.clock()
+        async with self.db.tx() as tx:
+            marks = frozenset(r["mark"] for r in await tx.fetch_all(select(oh.c.mark).where(oh.c.until > now)))
+            spent = {r["aggregator"]: int(r["spent_micro"]) for r in await tx.fetch_all(
+                select(osp.c.aggregator, osp.c.spent_micro).where(osp.c.day == now.date()))}
+        return Usability(self.settings, marks, spent)
+
+
+@dataclass(frozen=True)
+class Usability:
+    """:meth:`OverflowStore.usable` as of one moment, synchronous (``Endpoint.summary_json(overflow_usable=…)``)."""
+
+    settings: Settings
+    marks: frozenset[str]
+    spent: Mapping[str, int]
+
+    def usable(self, route: Any, provider: str) -> bool:
+        name = route.aggregator
+        return (self.settings.overflow_key(name) is not None
+                and aggregator_mark(name) not in self.marks and vendor_mark(name, provider) not in self.marks
+                and self.spent.get(name, 0) + route.price_micro <= self.settings.overflow_budget_micro(name))
+
+    def predicate(self, provider: str) -> Callable[[Any], bool]:
+        return lambda route: self.usable(route, provider)

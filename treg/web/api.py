@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg import calls, deny_rules, secrets_store, tenancy, tools
+from treg import calls, deny_rules, org_settings, secrets_store, tenancy, tools
 from treg.context import Services
 from treg.errors import BadRequest
 from treg.keys import SERVICES
@@ -157,3 +157,15 @@ async def list_calls(request: web.Request) -> web.Response:
 async def get_call(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
     return json_response(await calls.get_call(svc, ident, request.match_info["call_id"]))
+
+
+@routes.get("/api/v1/org")
+async def get_org(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await org_settings.get_org(svc, ident))
+
+
+@routes.patch("/api/v1/org")
+async def update_org(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await org_settings.update_org(svc, ident, await read_json_object(request)))

@@ -16,6 +16,7 @@ from treg.catalog.registry import CatalogRegistry
 from treg.catalog import search
 from treg.catalog.search import with_pointer
 from treg.catalog.suggest import did_you_mean
+from treg.call.overflow_stage import overflow_usability
 from treg.context import Services
 from treg.errors import BadRequest
 from treg.web.api import identify
@@ -57,7 +58,8 @@ async def list_endpoints(request: web.Request) -> web.Response:
     creds = await ladder.load_org_credentials(svc, ident, {ep.provider for ep in found}
                                               | {p for ep in found if ep.route for p in ep.route.provider_ids})
     # each row says how to call it: an agent reading a search needs no second request per endpoint
-    rows = [{**ep.summary_json(), "params": [p.to_json() for p in ep.params],
+    usable = await overflow_usability(svc, ident, found)
+    rows = [{**ep.summary_json(usable(ep.provider)), "params": [p.to_json() for p in ep.params],
              "example": f"{ep.method} {search.example_query(ep)}", **_tier_view(registry, ep, creds, svc)}
             for ep in found]
     return json_response({"endpoints": rows})
@@ -73,7 +75,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
         raise with_pointer(registry, EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id)), endpoint_id)
     alts_providers = {a.provider for a in registry.with_capability(ep.capability)} if ep.capability else set()
     creds = await ladder.load_org_credentials(svc, ident, {ep.provider} | alts_providers)
-    body = ep.to_json()
+    body = ep.to_json((await overflow_usability(svc, ident, [ep]))(ep.provider))
     body.update(_tier_view(registry, ep, creds, svc))
     provider = registry.provider_of(ep)
     body["url"] = registry.template_url(ep)

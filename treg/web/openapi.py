@@ -120,7 +120,9 @@ SCHEMAS: dict[str, Any] = {
                   "status": {"type": ["integer", "null"]}, "outcome": {"type": "string"},
                   "refused_by": {"type": ["string", "null"]}, "credential_tier": {"type": ["string", "null"]},
                   "cost_micro": {"type": "integer"}, "duration_ms": {"type": ["integer", "null"]},
-                  "kind": {"enum": [None, "async_submit", "async_poll", "async_fetch"]}},
+                  "kind": {"enum": [None, "async_submit", "async_poll", "async_fetch"]},
+                  "overflow": {"type": ["object", "null"], "description": "the overflow attempt, when the call "
+                               "was sent to an aggregator: {aggregator, status, cost_micro} (GET one call only)"}},
                  ("call_id", "outcome")),
     "Balance": _obj({"balance_micro": {"type": "integer"}, "held_micro": _MICRO, "available_micro": {"type": "integer"},
                      "granted_micro": _MICRO, "settled_micro": _MICRO, "daily_cap_micro": _LIMIT,
@@ -134,6 +136,11 @@ SCHEMAS: dict[str, Any] = {
                       "state": {"enum": ["active", "deleted"]}, "created_at": _TIME, "updated_at": _TIME,
                       "tag": {"type": ["string", "null"]}, "call_id": {"type": "string"}},
                      ("kind", "provider", "id", "state", "created_at")),
+    "Org": _obj({"org_id": _ID, "slug": _ID, "created_at": _TIME, "platform_overflow": {"type": "boolean"}},
+                ("org_id", "slug", "platform_overflow")),
+    "OrgChange": _obj({"platform_overflow": {"type": "boolean", "description": "false: this org's platform-tier "
+                                             "calls never overflow to aggregators (docs/resilience.md)"}},
+                      closed=True),
     "DailyCap": _obj({"micro": _LIMIT}, ("micro",), closed=True),
     "TagBudget": _obj({"budget_micro": _LIMIT}, ("budget_micro",), closed=True),
     "MemberCap": _obj({"daily_cap_micro": _LIMIT}, ("daily_cap_micro",), closed=True),
@@ -269,6 +276,9 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                 {"name": "state", "in": "query", "required": False, "schema": {"enum": ["active", "deleted"]}},
                 {"name": "kind", "in": "query", "required": False, "schema": {"type": "string"}},
                 {"name": "provider", "in": "query", "required": False, "schema": {"type": "string"}})),
+    ("GET", "/api/v1/org"): _op("getOrg", "the org and its settings", "200", _ref("Org")),
+    ("PATCH", "/api/v1/org"): _op("updateOrg", "change the org's settings (owner only)", "200", _ref("Org"),
+                                  body="OrgChange", errors=("404",)),
     ("GET", "/api/v1/credits"): _op("listCredits", "the org's credit ledger, newest first (owner/admin)", "200",
                                     _list_of("grants", "Grant")),
 }
