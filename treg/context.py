@@ -24,7 +24,9 @@ from treg.infra.db import Database
 from treg.infra.dns import VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.memo import BoundedMemo
+from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
+from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
 from treg.settings import Settings
@@ -76,6 +78,12 @@ class Services:
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: OrgSecrets
+    #: the breaker's strikes and locks (treg.capacity.breaker), written after platform-tier answers
+    breaker: BreakerStore
+    #: this process's in-memory copy of the locks (LISTEN/NOTIFY-fed once the call runtime starts it)
+    lock_view: LockView
+    #: platform-tier call spacing per provider, in this process (treg.capacity.spacer)
+    spacer: Spacer
     #: the one shared upstream ClientSession (set by the app's cleanup context)
     client: "aiohttp.ClientSession | None" = None
     #: resolver used for SSRF checks (treg.infra.dns.VettingResolver), when running

@@ -14,4 +14,7 @@
    other relayed as it arrives (``metered.py``, ``encodings.py``).
 7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
    ``audit.py``), and the one exit that unwinds and records every failure.
+
+Platform tier (``capacity_stage.py``): a locked key refused between 3 and 4, the spacer and the one
+burst re-send around 5's send, the breaker told about the answer in 6 once its hold is closed.
 """

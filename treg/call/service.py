@@ -12,7 +12,7 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import intake, record, relay, reserve, resolve, settle
+from treg.call import capacity_stage, intake, record, reserve, resolve, settle
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -30,10 +30,11 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         inp, target = await resolve.resolve_target(svc, ident, state.inp)  # 2 resolve: tool or catalog endpoint
         state.inp, state.target = inp, target
         await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
+        await capacity_stage.check_lock(svc, state)  # ... and a locked platform key refuses before any hold
         if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
             return replay
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
-        state.resp = await relay.send(svc, state)  # ... vetted and sent
+        state.resp = await capacity_stage.send(svc, state)  # ... vetted and sent (platform tier: smoothed)
         return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
     except BaseException as exc:  # identified: recorded once, cancelled or not
         await record.exit_call(svc, state, exc)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import catalog_stage, encodings, evidence, headers as hdr, metered, redirects
+from treg.call import capacity_stage, catalog_stage, encodings, evidence, headers as hdr, metered, redirects
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -76,6 +76,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     out_headers = list(relayed)
     out_headers.append(("Content-Length", str(length)))
     out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
+    out_headers += await capacity_stage.after_answer(svc, state, resp, data)  # the money is closed by now
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 
     async def body() -> AsyncIterator[bytes]:
@@ -113,6 +114,7 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
         out_headers = _treg_locations(svc, state, out_headers)
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
+    out_headers += await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
     index = resp.index
     cl = index.get("content-length")
     return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),

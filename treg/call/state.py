@@ -14,6 +14,8 @@ from treg.call import evidence
 from treg.call.record import call_record, request_evidence
 from treg.call.relay import PreparedRequest
 from treg.call.types import CallInput, ResolvedTarget
+from treg.capacity.breaker import Lock
+from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.infra.upstream import UpstreamResponse
 from treg.tenancy import Identity
@@ -60,6 +62,11 @@ class CallState:
     cost_micro: int = 0
     #: the audit row is queued (an exceptional exit records the call once, whichever path saw it first)
     audited: bool = False
+    #: platform tier (treg/call/capacity_stage.py): the final answer's classification, the lock this
+    #: call probes, and the smoothing applied (``X-Treg-Smoothed`` parts)
+    capacity_signal: Signal | Unrecorded | None = None
+    capacity_probe: Lock | None = None
+    smoothed: tuple[str, ...] = ()
 
     #: the audit row (treg/call/record.py)
     record = call_record

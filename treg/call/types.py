@@ -166,3 +166,6 @@ class CallRecord(NamedTuple):
     error_response: dict[str, Any] | None = None
     failure_kind: str | None = None
     parent_call_id: str | None = None
+    #: the platform-tier answer's capacity classification (balance, quota, burst, edge_block, unrecorded):
+    #: rides the ``tool_called`` event; not a column (the audit writer stores only the table's columns)
+    capacity_signal: str | None = None
