@@ -18,6 +18,7 @@ from sqlalchemy import select
 from test_money_helpers import check_books
 
 from treg import hookimpl, money, tenancy
+from treg.capacity.breaker import BreakerStore
 from treg.capacity.classify import UNRECORDED_LOG
 from treg.infra.schema import holds, idempotency_keys
 from treg.keys import SERVICES
@@ -131,7 +132,8 @@ async def test_a_locked_provider_is_refused_before_the_claim_and_the_hold(start)
         "vend", "vend.items.get", "balance", None)  # a guessed hold: no reset is known
     assert "Retry-After" not in r.headers
     # the same-capability options: the locked provider's sibling is not one of them
-    assert [(a["id"], a["tier"], a["callable"]) for a in body["alternatives"]] == [("other.items.get", "platform", True)]
+    options = [(a["id"], a["tier"], a["callable"]) for a in body["alternatives"]]
+    assert options == [("other.items.get", "platform", True)]
     assert len(env.vendor.seen) == sent  # nothing reached the vendor
     # every endpoint of the provider is covered by a balance lock
     assert (await env.get("/catalog/call/vend.items.alt?item_id=1")).status == 503
@@ -191,13 +193,26 @@ async def test_own_and_team_tiers_never_consult_the_breaker(start):
 
 
 async def test_a_check_on_an_unlocked_provider_adds_no_query(start):
-    env = await start()
+    env = await start(cache_ttl_s=0.01)  # not even the view's TTL reload: its listener keeps it exact
     view = env.svc.lock_view
     assert view.connected.is_set()  # the app started its listener
     loads = view.loads
     for i in range(10):
         assert (await env.get(f"/catalog/call/vend.items.get?item_id={i}")).status == 200
+        await asyncio.sleep(0.02)
     assert view.loads == loads
+    # and a lock written meanwhile (as by another process: only its NOTIFY tells) is honoured at once
+    other = BreakerStore(env.svc.db, env.svc.settings)
+    await other.strike("balance", "vend", None)
+    await asyncio.sleep(GAP + 0.05)
+    await other.strike("balance", "vend", None)
+    for _ in range(40):  # bounded: 2 s
+        if view.cached("vend", None) is not None:
+            break
+        await asyncio.sleep(0.05)
+    env.vendor.then(out_of_credits())
+    assert (await env.get()).headers.get("X-Treg-Capacity-Probe") == "1"
+    assert (await env.get()).status == 503
 
 
 # -- the probe ------------------------------------------------------------------------------------

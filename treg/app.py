@@ -127,7 +127,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         app[SERVICES] = svc
         svc.metrics = metrics
         metrics.bind(svc.db)
-        # read by the pipeline once it is wired (docs/resilience.md "Not yet wired")
+        # the call pipeline classifies platform-tier answers with the signatures (treg/call/capacity_stage.py)
         svc.capacity_signatures = signatures
         svc.aggregators = aggregators
         closers = []

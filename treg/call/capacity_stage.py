@@ -61,16 +61,22 @@ async def check_lock(svc: Services, state: "CallState") -> None:
         return
     t = state.target
     assert t is not None and state.ident is not None
-    lock = await svc.lock_view.lookup(t.provider or "", t.endpoint_id)
+    view = svc.lock_view
+    # while its listener is connected the view is exact (every write NOTIFYs, an expiry is a clock
+    # comparison): answered from memory, never a query on the call path; without the listener it
+    # reloads at least every second (the contract's 2 s)
+    provider = t.provider or ""
+    endpoint = t.endpoint_id
+    lock = view.cached(provider, endpoint) if view.connected.is_set() else await view.lookup(provider, endpoint)
     if lock is None:
         return
-    if svc.lock_view.take_probe(lock):
+    if view.take_probe(lock):
         state.capacity_probe = lock
         log.info("capacity probe of %s (%s) by call %s", lock.key, lock.kind, state.inp.call_id)
         return
     # refused: the caller's other options, with the tier each would get (cache reads, as the ladder's)
     creds = await load_org_credentials(svc, state.ident)
-    raise ProviderCapacity(provider=lock.provider, endpoint=t.endpoint_id, kind=lock.kind,
+    raise ProviderCapacity(provider=lock.provider, endpoint=endpoint, kind=lock.kind,
                            resets_at=lock.until if lock.reset_stated else None,
                            alternatives=_open_alternatives(svc, t.catalog.endpoint, creds))
 
@@ -129,10 +135,11 @@ def _decoded(head: bytes, headers: Any) -> bytes:
     applied = encodings.codings(headers)
     if not applied or not head:
         return head
-    decoded = encodings.decode(head, applied, BODY_HEAD_BYTES) or encodings.decode_head(head, applied, BODY_HEAD_BYTES)
-    if isinstance(decoded, tuple):
-        return decoded[0]
-    return decoded if decoded is not None else head
+    whole = encodings.decode(head, applied, BODY_HEAD_BYTES)  # the whole (small) error body
+    if whole:
+        return whole
+    start = encodings.decode_head(head, applied, BODY_HEAD_BYTES)  # or only its start (gzip, deflate)
+    return start[0] if start is not None else head
 
 
 # -- after settle: classify, strike, clear ---------------------------------------------------------
