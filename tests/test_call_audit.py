@@ -154,6 +154,9 @@ def test_record_fills_every_column_from_its_source():
                                    endpoint_id="ep_1", credential_tier="tool",
                                    tool=SimpleNamespace(id="tool_1", name="t"))
     state.cost_micro, state.hold_state, state.ttfb_ms = 7, "settled", 3
+    from treg.capacity.classify import Unrecorded
+
+    state.capacity_signal = Unrecorded(provider="api.example", endpoint="ep_1", status=418, word="quota")
     rec = state.record(outcome="upstream_error", status=418, refused_by="deny", error_code="e", blame="upstream",
                        request_bytes=11, response_bytes=22, error_request={"a": 1}, error_response={"b": 2},
                        failure_kind="fk")
@@ -166,6 +169,6 @@ def test_record_fills_every_column_from_its_source():
                    "blame": "upstream", "credential_tier": "tool", "cost_micro": 7, "hold_state": "settled",
                    "tag": "tag-1", "request_bytes": 11, "response_bytes": 22, "ttfb_ms": 3,
                    "error_request": {"a": 1}, "error_response": {"b": 2}, "failure_kind": "fk",
-                   "parent_call_id": "call_0"}
+                   "parent_call_id": "call_0", "capacity_signal": "unrecorded"}
     with pytest.raises(TypeError):
         state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused
