@@ -22,7 +22,12 @@ process's CPU seconds per GiB (``/proc/<pid>/stat``), treg's over the bare relay
 
 Then the slow streams (``bench/slow.py``): 1,000 event streams (one ``data:`` event a second) held
 through treg at once while short calls are timed against the same calls just before; treg's RSS
-growth meanwhile. ``--only tail|stream|slow`` (comma-separated) runs some parts alone.
+growth meanwhile.
+
+Then the archive case (``bench/archive.py``): a catalog endpoint whose vendor answers in 20 ms, called
+with ``X-Treg-Cache: bypass`` (the vendor every time) and then as archive hits (the vendor never, its
+own count says so): p50/p99 of each. ``--only tail|stream|slow|archive`` (comma-separated) runs some
+parts alone.
 
 Every server is its own process (upstream, baseline relay, treg); the load generator is this
 process, a raw keep-alive HTTP/1.1 client by default (``--client aiohttp`` for aiohttp's, with a
@@ -34,7 +39,7 @@ itself (no ``--dsn``, no ``TREG_DATABASE_URL``): a server it was given may be sh
 
 Modules: ``servers`` (the upstream and the bare relay), ``procs`` (processes and their /proc figures),
 ``load`` (the load generators), ``phases`` (one measured phase), ``database``, ``through_treg``
-(treg's API and the streaming), ``slow`` (the slow streams), ``pinning`` (CPU placement), ``run`` (the run and its report).
+(treg's API and the streaming), ``slow`` (the slow streams), ``archive`` (the archive case), ``pinning`` (CPU placement), ``run`` (the run and its report).
 
 Internal: ``python -m bench --serve upstream|baseline`` runs one of the helper servers and
 prints ``READY <port>`` once it listens.

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.archive import archive_case, write_plugin as write_archive_plugin
 from bench.database import bench_database, count_calls
 from bench.phases import Phase, Target, run_phase
 from bench.pinning import cpu_plan, database_pinned, pin
@@ -23,7 +24,7 @@ from bench.servers import MiB, TARGETS, serve
 from bench.slow import raise_nofile, slow_streams
 from bench.through_treg import setup_treg_data, stream_through
 
-PARTS = ("tail", "stream", "slow")
+PARTS = ("tail", "stream", "slow", "archive")
 
 DESCRIPTION = "The relay benchmark: direct, a bare aiohttp relay and treg on one upstream."
 
@@ -90,6 +91,9 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                 # pool size (256) the rest would queue for a free connection (an operator's setting)
                 env["TREG_UPSTREAM_POOL_SIZE"] = str(max(256, opts.slow_streams + 64))
                 result["treg_upstream_pool_size"] = int(env["TREG_UPSTREAM_POOL_SIZE"])
+            if "archive" in only:
+                # the archive case's provider, installed as an operator would: a plugin file (bench/archive.py)
+                env["TREG_PLUGINS_DIR"] = str(write_archive_plugin(Path(tmp) / "plugins", upstream_url))
             say("creating the org (treg init) …")
             slug = "bench-" + pysecrets.token_hex(4)
             org = json.loads(await run_cli(env, "init", "--org", slug, "--email", f"{slug}@bench.test"))
@@ -208,6 +212,14 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                 targets_met["slow_streams_all_held"] = slow["ok"]
                 targets_met["slow_streams_rss_growth_lt_100mib"] = slow["rss_growth_mib"] < 100
                 targets_met["slow_streams_added_p50_le_1ms"] = slow["added_p50_ms"] <= 1.0
+            if "archive" in only and opts.archive_calls > 0:
+                say(f"archive: {opts.archive_calls} vendor calls ({opts.archive_vendor_ms:g} ms each) and "
+                    f"{opts.archive_calls} archive hits through treg …")
+                arch = await archive_case(treg.port, token, upstream_url, calls=opts.archive_calls,
+                                          vendor_ms=opts.archive_vendor_ms, time_cap=opts.time_cap)
+                sent_to_treg += arch["sent"]
+                result["archive"] = arch
+                targets_met["archive_hit_p50_lt_vendor_p50"] = arch["ok"] and arch["hit_p50_ms"] < arch["vendor_p50_ms"]
             result["targets_met"] = targets_met
 
             if spy is not None and spy.returncode is None:
@@ -318,6 +330,14 @@ def render(result: dict[str, Any]) -> str:
                      f"{b['errors']} errors)")
         lines.append(f"treg RSS {w['rss_kib_before'] / 1024:.1f} MiB before, peak {w['rss_kib_peak'] / 1024:.1f} MiB "
                      f"while held (growth {w['rss_growth_mib']} MiB), {w['rss_kib_after'] / 1024:.1f} MiB after")
+    a = result.get("archive")
+    if a:
+        lines.append("")
+        lines.append(f"archive: {a['vendor_calls']} calls to a vendor answering in {a['vendor_delay_ms']:g} ms "
+                     f"(X-Treg-Cache: bypass) p50 {a['vendor_p50_ms']} ms, p99 {a['vendor_p99_ms']} ms; "
+                     f"{a['hit_calls']} archive hits p50 {a['hit_p50_ms']} ms, p99 {a['hit_p99_ms']} ms "
+                     f"(hit/vendor p50 {a['hit_p50_over_vendor_p50']}); the vendor saw "
+                     f"{a['vendor_lookups_during_hits']} of the hits; {a['errors']} errors")
     probe = result.get("loop_probe")
     if probe:
         lines.append("")
@@ -352,8 +372,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-streams", type=int, default=1000, help="event streams held through treg at once (0: skip)")
     p.add_argument("--slow-events", type=int, default=15, help="events per slow stream, one a second")
     p.add_argument("--slow-short-cap", type=float, default=4.0, help="seconds the short calls beside them may take")
+    p.add_argument("--archive-calls", type=int, default=200, help="archive case: vendor calls, then as many archive "
+                                                                "hits (0: skip)")
+    p.add_argument("--archive-vendor-ms", type=float, default=20.0, help="archive case: the vendor's latency (ms)")
     p.add_argument("--only", default="all", help="comma-separated parts to run: tail (the req/s and latency "
-                                                  "phases), stream (512 MiB each way), slow (slow streams); all")
+                                                  "phases), stream (512 MiB each way), slow (slow streams), "
+                                                  "archive (hits against a slow vendor); all")
     p.add_argument("--client", choices=("raw", "aiohttp"), default="raw", help="load generator")
     p.add_argument("--pin", choices=("auto", "off"), default="auto",
                    help="auto: with 2+ CPUs, the relay under test alone on one CPU, the rest on the others")

@@ -61,8 +61,21 @@ def upstream_app() -> Any:
         await resp.write_eof()
         return resp
 
+    looked_up = [0]
+
+    async def lookup(request: web.Request) -> web.Response:
+        # a vendor with latency (bench/archive.py): what an archive hit saves; bounded whatever is asked
+        looked_up[0] += 1
+        await asyncio.sleep(min(float(request.query.get("delay_ms", "20")), 500.0) / 1000)
+        return web.json_response({"data": {"emails": [request.query.get("q", "") + "@example.com"]}})
+
+    async def lookup_count(request: web.Request) -> web.Response:
+        return web.json_response({"lookups": looked_up[0]})
+
     app = web.Application()
     app.router.add_route("*", "/small", small)
+    app.router.add_get("/lookup", lookup)
+    app.router.add_get("/lookup-count", lookup_count)
     app.router.add_get("/sse", sse)
     app.router.add_post("/sink", sink)
     app.router.add_get("/stream", stream)

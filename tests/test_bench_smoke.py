@@ -20,7 +20,8 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     args = [sys.executable, "-m", "bench", "--dsn", dsn, "--requests", "50", "--requests-c1", "50",
             "--warmup", "5", "--concurrency", "1,4", "--rounds", "1", "--time-cap", "60",
             "--stream-mib", "2", "--stream-timeout", "120", "--stream-rounds", "1",
-            "--slow-streams", "20", "--slow-events", "5", "--slow-short-cap", "10", "--quiet"]
+            "--slow-streams", "20", "--slow-events", "5", "--slow-short-cap", "10",
+            "--archive-calls", "20", "--archive-vendor-ms", "20", "--quiet"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,11 +61,17 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
                                           and result["pinning"].endswith("PostgreSQL not moved (a server given "
                                                                          "to the run may be shared)"))
 
+    # the archive case: every hit answered by treg alone (the vendor counted none of them)
+    arch = result["archive"]
+    assert arch["ok"] is True and arch["hit_calls"] == arch["vendor_calls"] == 20
+    assert arch["vendor_lookups_during_hits"] == 0 and arch["hit_states"] == {"hit": 20}
+    assert arch["vendor_p50_ms"] >= 20 and arch["hit_p50_ms"] > 0
+
     # auditing was on: a clean shutdown wrote one row per call treg relayed (warm-ups included)
     assert result["audit"]["calls_recorded"] == result["audit"]["calls_sent_to_treg"] > 0
 
     # the human-readable table came first, with every target and the ratios
     text = "\n".join(lines[:-1])
     for word in ("direct", "baseline", "treg", "req/s", "p50 ms", "p99 ms", "rps_treg_over_baseline_c4",
-                 "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:"):
+                 "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:", "archive hits"):
         assert word in text

@@ -153,7 +153,8 @@ def test_record_fills_every_column_from_its_source():
     state.target = SimpleNamespace(upstream_url="https://api.example/x?key=K", provider="api.example",
                                    endpoint_id="ep_1", credential_tier="tool",
                                    tool=SimpleNamespace(id="tool_1", name="t"))
-    state.cost_micro, state.hold_state, state.ttfb_ms = 7, "settled", 3
+    state.cost_micro, state.hold_state, state.ttfb_ms, state.kind = 7, "settled", 3, "async_poll"
+    state.result_state, state.cache_state = "miss", "stored"
     from treg.capacity.classify import Unrecorded
 
     state.capacity_signal = Unrecorded(provider="api.example", endpoint="ep_1", status=418, word="quota")
@@ -169,6 +170,7 @@ def test_record_fills_every_column_from_its_source():
                    "blame": "upstream", "credential_tier": "tool", "cost_micro": 7, "hold_state": "settled",
                    "tag": "tag-1", "request_bytes": 11, "response_bytes": 22, "ttfb_ms": 3,
                    "error_request": {"a": 1}, "error_response": {"b": 2}, "failure_kind": "fk",
-                   "parent_call_id": "call_0", "capacity_signal": "unrecorded"}
+                   "parent_call_id": "call_0", "result_state": "miss", "cache_state": "stored",
+                   "kind": "async_poll", "capacity_signal": "unrecorded"}
     with pytest.raises(TypeError):
         state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused

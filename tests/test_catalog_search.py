@@ -26,7 +26,8 @@ def test_rank_by_words_capability_and_prefixes(registry):
     assert ids[:2] == ["open-meteo.forecast", "openweathermap.forecast"]  # both words, id/capability first
     assert "open-meteo.archive" in ids  # one word (weather) still matches, ranked after
     assert [ep.id for ep in rank(registry, capability="weather")] == [
-        "open-meteo.archive", "open-meteo.forecast", "openweathermap.forecast", "openweathermap.weather.current"]
+        "open-meteo.archive", "open-meteo.forecast", "openweathermap.forecast", "openweathermap.weather.current",
+        "treg.weather.forecast"]  # the routed endpoint of the capability two forecasts share (lifecycle.md)
     assert rank(registry, "zzzz qqqq") == []
     assert all(ep.is_live for ep in rank(registry, "edits completions", limit=50))  # retired never suggested
 

@@ -16,6 +16,9 @@ DODGES = [
     "/v1/%2E%2E/status/418", "/v1/.%2e/status/418", "/%2e/status/418", "/%73tatus/418", "/%53TATUS/%34%31%38",
     "/status%2F418", "/status%2f418", "/v1%2F..%2Fstatus/418", "/status%5C418", "/status/418%3Bx=1",
     "/v1/..;x=1/status/418", "/status/418/anything", "/status/418;/x", "/v1//../status/418",
+    # lenient decoders: decoded twice, overlong UTF-8 for ASCII, trailing dots cut from a segment (IIS)
+    "/v1/%252e%252e/status/418", "/v1/%252E%252E/status/418", "/status%252F418", "/v1/%c0%ae%c0%ae/status/418",
+    "/v1/%C0%AE./status/418", "/status%c0%af418", "/status/418.", "/status./418", "/status.../418",
 ]
 
 # ... and these are other resources
@@ -77,6 +80,17 @@ def test_method_overrides_count_as_the_method():
     assert effective_methods("POST", [("X-Other", "GET")]) == {"POST"}
 
 
+def test_the_method_override_query_parameter_counts_as_the_method():
+    # Rails, Laravel and Symfony read ``_method`` as the method of a POST
+    assert effective_methods("POST", (), [("_method", "DELETE")]) == {"POST", "DELETE"}
+    assert effective_methods("POST", (), [("%5Fmethod", "put"), ("x", None)]) == {"POST", "PUT"}
+    assert effective_methods("POST", (), [("_method", None), ("method", "DELETE")]) == {"POST"}
+    rule = DenyRule(id="r", host="h", path="/x", method="DELETE")
+    kw = dict(scheme="https", host="h", path="/x", member_id="m", project_id=None)
+    assert first_match([rule], method="POST", query=[("_method", "delete")], **kw) is rule
+    assert first_match([rule], method="POST", query=[("other", "delete")], **kw) is None
+
+
 def test_first_match_uses_every_method_and_spelling():
     rules = [DenyRule(id="r", host="h", path="/Status/418", method="get")]
     kw = dict(scheme="https", host="H.", member_id="m", project_id=None)
@@ -116,7 +130,8 @@ async def _assert_denied(gateway, r, rule, *, head=False):
 
 HTTP_DODGES = ["//status/418", "/status/418;x=1", "/STATUS/418", "/status/418/", "/status//418",
                "/./status/418", "/v1/../status/418", "/v1/%2e%2e/status/418", "/status%2F418", "/%73tatus/418",
-               "/status;v=1/418", "/v1/..;/status/418", "/status%5C418"]
+               "/status;v=1/418", "/v1/..;/status/418", "/status%5C418", "/v1/%252e%252e/status/418",
+               "/v1/%c0%ae%c0%ae/status/418", "/status/418."]
 
 
 @pytest.mark.parametrize("path", HTTP_DODGES)
@@ -133,6 +148,12 @@ async def test_method_override_headers_are_denied(gateway, up, denied, header, v
     for target in _shapes(up, RULE):
         r = await gateway.raw("POST", target, [(header, value)], body=b"")
         await _assert_denied(gateway, r, denied)
+    assert up.exchanges == []
+
+
+async def test_a_method_override_query_parameter_is_denied(gateway, up, denied):
+    for target in _shapes(up, RULE + "?_method=GET"):
+        await _assert_denied(gateway, await gateway.raw("POST", target), denied)
     assert up.exchanges == []
 
 

@@ -91,6 +91,8 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
     for dirpath, _, names in os.walk(root):
         for name in names:
             path = Path(dirpath) / name
+            if not path.is_file():  # a socket PostgreSQL left behind (a stop under load) has no bytes
+                continue
             try:
                 if needle in path.read_bytes():
                     hits.append(str(path))

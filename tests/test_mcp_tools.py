@@ -184,7 +184,9 @@ async def test_catalog_search_names_params_price_tier_and_alternatives(cat):
                                                                   "params": {"item_id": "<item_id>"}}}
     assert "acme.items.old" not in by_id and "acme.items.legacy" not in by_id  # not live: never suggested
     by_cap = await Mcp(gw).call("catalog_search", {"capability": "items"})
-    assert {e["id"] for e in by_cap["structuredContent"]["endpoints"]} == {"acme.items.get", "acme.items.cheap"}
+    # with the routed treg.items.lookup the two live items.lookup endpoints get (lifecycle.md)
+    assert {e["id"] for e in by_cap["structuredContent"]["endpoints"]} == {"acme.items.get", "acme.items.cheap",
+                                                                           "treg.items.lookup"}
     everything = await Mcp(gw).call("catalog_search", {})
     assert "items.lookup" in everything["structuredContent"]["capabilities"]
     none = await Mcp(gw).call("catalog_search", {"query": "zzzqqq"})

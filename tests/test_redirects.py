@@ -321,3 +321,23 @@ async def test_a_billed_catalog_answer_redirects_without_the_platform_key(aiohtt
         assert up.last.header("authorization") is None and "X-Treg-Cost-Micro" not in r.headers
         assert not [k for k, _ in up.last.headers if k.lower().startswith("x-treg")]
         await client.close()
+
+
+async def test_a_project_scoped_deny_rule_follows_the_redirect_hop(world):
+    """A rule scoped to the tool's project must catch the hop its answer redirected to: the hop has no
+    tool of its own, and before the grant carried the project it was matched as org-wide and let through."""
+    gateway, vendor, third = world
+    p = await gateway.api("POST", "/api/v1/projects", json={"name": "p"}, expect=201)
+    sid = await gateway.secret(SECRET)
+    await gateway.tool("scoped", vendor.url, [{"location": "header", "name": "Authorization",
+                                                "format": "Bearer {secret}", "secret_id": sid}],
+                       project_id=p["id"])
+    await gateway.api("POST", "/api/v1/deny-rules", json={"host": "localhost", "project_id": p["id"]}, expect=201)
+    r = await asyncio.to_thread(requests.get, f"{_base(gateway)}/call/scoped/away",
+                                headers={"X-Treg-Token": gateway.org["token"]}, timeout=10)
+    assert r.status_code == 403 and r.json()["error"] == "denied_by_rule"
+    assert third.exchanges == []
+    # the org-wide tool's hop is not caught by that project's rule
+    r = await asyncio.to_thread(requests.get, f"{_base(gateway)}/call/llm/away",
+                                headers={"X-Treg-Token": gateway.org["token"]}, timeout=10)
+    assert r.status_code == 200 and third.exchanges

@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from treg import logs, plugins
+from treg import logs, plugins, tool_urls
 from treg.capacity.signatures import load_signatures
 from treg.catalog.load import load_catalog, warn_unknown_anonymous
 from treg.factory import build_services
@@ -28,15 +28,19 @@ from treg.metrics import Metrics
 from treg.settings import Settings
 from treg.call import capacity_stage, runtime as call_runtime
 from treg.money import reaper as money_reaper
+from treg.archive import store as archive_store
+from treg.results import load_classifiers
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
+from treg.web import resources_api
 
 log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, money_reaper.setup)
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, money_reaper.setup,
+                               tool_urls.setup, archive_store.setup)
 
 
 #: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
@@ -105,6 +109,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     warn_unknown_anonymous(catalog, settings)
     # capacity signatures name catalog providers: validated right after it, a bad row stops startup too
     signatures = load_signatures(pm, catalog)
+    classifiers = load_classifiers(pm, catalog)  # rows name catalog endpoints: a bad row stops startup too
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
@@ -130,6 +135,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         # the call pipeline classifies platform-tier answers with the signatures (treg/call/capacity_stage.py)
         svc.capacity_signatures = signatures
         svc.aggregators = aggregators
+        svc.result_classifiers = classifiers
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
@@ -156,6 +162,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, openapi.routes)
     errors.add_routes(app, metrics_api.routes)
     errors.add_routes(app, capacity_api.routes)
+    errors.add_routes(app, resources_api.routes)
     errors.add_routes(app, index_routes.routes)
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)

@@ -12,17 +12,28 @@ from sqlalchemy import and_, func, or_, select
 from treg.context import Services
 from treg.errors import BadRequest, NotFound
 from treg.infra.schema import calls
+from treg.jobs import store as job_store
 from treg.tenancy import Identity
 
 LIST_COLUMNS = (calls.c.id.label("call_id"), calls.c.created_at, calls.c.method, calls.c.target, calls.c.status,
                 calls.c.outcome, calls.c.refused_by, calls.c.credential_tier, calls.c.cost_micro,
-                calls.c.duration_ms)
+                calls.c.duration_ms, calls.c.kind)
 DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.upstream_url, calls.c.tool_id,
                                  calls.c.tool_name, calls.c.provider, calls.c.endpoint_id, calls.c.error_code,
                                  calls.c.blame, calls.c.hold_state, calls.c.tag, calls.c.request_bytes,
                                  calls.c.response_bytes, calls.c.ttfb_ms, calls.c.failure_kind,
-                                 calls.c.parent_call_id)
+                                 calls.c.parent_call_id, calls.c.result_state, calls.c.cache_state)
 MAX_LIMIT = 500
+#: ``?kind=``: an async job's calls (docs/lifecycle.md); polls are listed only when asked for by kind
+KINDS = ("async_submit", "async_poll", "async_fetch")
+
+
+def _kind_filter(kind: str | None) -> Any:
+    if kind is None:
+        return or_(calls.c.kind.is_(None), calls.c.kind != "async_poll")
+    if kind not in KINDS:
+        raise BadRequest(f"kind must be one of {', '.join(KINDS)}", code="invalid_filter")
+    return calls.c.kind == kind
 
 
 async def _flush(svc: Services) -> None:
@@ -30,15 +41,17 @@ async def _flush(svc: Services) -> None:
     await svc.audit.flush()
 
 
-async def list_calls(svc: Services, ident: Identity, limit_text: str | None) -> list[dict[str, Any]]:
+async def list_calls(svc: Services, ident: Identity, limit_text: str | None,
+                     kind: str | None = None) -> list[dict[str, Any]]:
     try:
         limit = int(limit_text) if limit_text is not None else 50
     except ValueError as exc:
         raise BadRequest("limit must be an integer", code="invalid_limit") from exc
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}", code="invalid_limit")
+    where_kind = _kind_filter(kind)
     await _flush(svc)
-    q = select(*LIST_COLUMNS).where(calls.c.org_id == ident.org_id)
+    q = select(*LIST_COLUMNS).where(calls.c.org_id == ident.org_id, where_kind)
     if not ident.is_manager:
         q = q.where(calls.c.member_id == ident.member_id)
     async with svc.db.tx() as tx:
@@ -55,6 +68,7 @@ async def get_call(svc: Services, ident: Identity, call_id: str) -> dict[str, An
         row = await tx.fetch_one(q)
     if row is None:
         raise NotFound("no such call visible to you", code="call_not_found")
+    row.update(await job_store.call_detail(svc, ident.org_id, call_id))  # an async submission: its job, live
     return row
 
 
@@ -102,7 +116,7 @@ async def page_calls(svc: Services, ident: Identity, f: CallFilter) -> tuple[lis
     if f.outcome is not None and f.outcome not in OUTCOMES:
         raise BadRequest(f"outcome must be one of {', '.join(OUTCOMES)}", code="invalid_filter")
     await _flush(svc)
-    where = [calls.c.org_id == ident.org_id]
+    where = [calls.c.org_id == ident.org_id, _kind_filter(None)]
     if not ident.is_manager:
         where.append(calls.c.member_id == ident.member_id)  # a member's filter cannot widen this
     elif f.member_id:

@@ -193,11 +193,13 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     from treg.catalog.load import load_catalog
 
     from treg.capacity.signatures import load_signatures
+    from treg.results import load_classifiers
 
     pm = plugins.create_manager(settings.plugins_dir)
     try:
         registry = load_catalog(pm, plugins.collect_injectors(pm))
         load_signatures(pm, registry)  # signature rows are validated as startup does, right after the catalog
+        load_classifiers(pm, registry)  # so are result classifiers
     except CatalogError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [p.to_json() for p in exc.problems]})

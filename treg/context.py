@@ -29,6 +29,7 @@ from treg.capacity.signatures import SignatureRegistry
 from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
+from treg.results import ClassifierRegistry
 from treg.settings import Settings
 
 if TYPE_CHECKING:
@@ -105,3 +106,5 @@ class Services:
     capacity_signatures: SignatureRegistry = field(default_factory=SignatureRegistry.empty)
     #: overflow aggregators by name (treg.overflow), collected once at startup
     aggregators: Mapping[str, Aggregator] = field(default_factory=dict)
+    #: result classifiers by endpoint id (treg.results), collected once at startup
+    result_classifiers: ClassifierRegistry = field(default_factory=ClassifierRegistry.empty)

@@ -123,6 +123,23 @@ def treg_register_aggregators() -> "Sequence[Any] | None":
     """
 
 
+@spec(FAIL_CLOSED)
+def treg_register_result_classifiers() -> "Sequence[Mapping[str, Any]] | None":
+    """Called once at startup, after the catalog is loaded. Return classifier rows: what a good answer of
+    a catalog endpoint looks like (``docs/lifecycle.md`` § Result classifiers and the archive).
+
+    Each row is ``{"endpoint": id, "hit": rule, "miss": rule, "admit_misses": bool}`` (``hit``, ``miss``
+    or both; ``admit_misses`` optional, false); a rule is ``{"path": "data.emails", P}`` with exactly one
+    predicate ``P`` on the value at that dotted path of the JSON answer: ``"nonempty": true``,
+    ``"empty": true`` (null, ``""``, ``[]`` or ``{}``; an absent path is not empty), ``"equals": scalar``
+    or ``"in": [scalars]``. A buffered 2xx whose hit rule holds is ``hit``, else whose miss rule holds is
+    ``miss``, else ``unknown`` (the audit row's ``result_state``; the archive stores hits, and misses
+    with ``admit_misses``). treg validates every row and refuses to start on a bad one or on a second
+    row for one endpoint, naming the plugin, the row and the field. ``None`` or an empty list: no
+    classifier. Fail closed: an exception stops startup naming the plugin.
+    """
+
+
 # -- call time, after the answer: evidence and events (observers, contained) -----------------------
 
 @spec(CONTAINED)

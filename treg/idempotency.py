@@ -60,6 +60,8 @@ class Claim:
     status: int | None = None
     headers: tuple[tuple[str, str], ...] = field(default=())
     body: bytes | None = None
+    #: the entry's stored key when it is not the label itself (a pinned call's namespace)
+    key: str | None = None
 
     def refusal(self) -> TregError | None:
         """The error to answer for IN_PROGRESS (409) and MISMATCH (422); None for NEW and REPLAY."""
@@ -88,14 +90,32 @@ def request_digest(method: str, endpoint: str, query: str | bytes, body: bytes) 
     return h.hexdigest()
 
 
-def shared_key_digest(org_id: str, label: str) -> str:
-    """The Idempotency-Key the upstream sees on the platform tier: HMAC-SHA256(domain, org ‖ label), hex.
+def _pin_bytes(pin: Sequence[tuple[str, str]]) -> bytes:
+    # after the label, which is printable ASCII: the NUL cannot be part of it, so no pinned message
+    # equals an unpinned one; every part length-prefixed
+    out = b""
+    for name, value in pin:
+        for part in (name.encode(), value.encode()):
+            out += b"\0" + len(part).to_bytes(4, "big") + part
+    return out
+
+
+def shared_key_digest(org_id: str, label: str, pin: Sequence[tuple[str, str]] = ()) -> str:
+    """The Idempotency-Key the upstream sees on the platform tier: HMAC-SHA256(domain, org ‖ label ‖ pin), hex.
 
     Orgs share treg's provider account there, so two orgs' labels must never collide upstream; the
-    caller's label itself is never sent.
+    caller's label itself is never sent. A pinned call (``pin``: its complete pin, see
+    treg/call/resources.py) adds every pin, so two customers of one org never get one upstream job
+    through the vendor's deduplication; an unpinned digest is unchanged.
     """
-    msg = len(org_id).to_bytes(4, "big") + org_id.encode() + label.encode()
+    msg = len(org_id).to_bytes(4, "big") + org_id.encode() + label.encode() + _pin_bytes(pin)
     return hmac.new(_SHARED_KEY_DOMAIN, msg, hashlib.sha256).hexdigest()
+
+
+def pinned_key(label: str, pin: Sequence[tuple[str, str]]) -> str:
+    """A pinned call's entry key: its own namespace per pin. It starts with a space, which no label
+    may (``check_label``), so it never collides with an unpinned label."""
+    return " pin " + hashlib.sha256(len(label).to_bytes(4, "big") + label.encode() + _pin_bytes(pin)).hexdigest()
 
 
 def _interval(seconds: float) -> Any:
@@ -106,17 +126,20 @@ def _headers(raw: Any) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(v)) for k, v in (raw or ()))
 
 
-async def claim(svc: Services, org_id: str, label: str, digest: str, *, call_id: str | None = None) -> Claim:
-    """Claim ``label`` for this request (see the module doc for the four outcomes)."""
+async def claim(svc: Services, org_id: str, label: str, digest: str, *, call_id: str | None = None,
+                pin: Sequence[tuple[str, str]] = ()) -> Claim:
+    """Claim ``label`` for this request (see the module doc for the four outcomes); a pinned call's
+    label lives in its pin's own namespace (:func:`pinned_key`)."""
     label = check_label(label)
+    key = pinned_key(label, pin) if pin else label
     lease = _interval(svc.settings.hold_ttl_s)
     for _ in range(_CLAIM_ATTEMPTS):
         claim_id = secrets.token_hex(16)
-        new = Claim(ClaimOutcome.NEW, org_id, label, digest, claim_id=claim_id, call_id=call_id)
+        new = Claim(ClaimOutcome.NEW, org_id, label, digest, claim_id=claim_id, call_id=call_id, key=key)
         async with svc.db.tx() as tx:
             try:
                 won = await tx.fetch_one(
-                    pg_insert(idempotency_keys).values(org_id=org_id, label=label, digest=digest, state="in_progress",
+                    pg_insert(idempotency_keys).values(org_id=org_id, label=key, digest=digest, state="in_progress",
                                                        claim_id=claim_id, call_id=call_id,
                                                        expires_at=func.now() + lease)
                     .on_conflict_do_nothing(index_elements=[idempotency_keys.c.org_id, idempotency_keys.c.label])
@@ -126,15 +149,15 @@ async def claim(svc: Services, org_id: str, label: str, digest: str, *, call_id:
             if won is not None:
                 return new
             # An expired entry is replaced; concurrent replacers serialise on the row and re-check expiry.
-            key = and_(idempotency_keys.c.org_id == org_id, idempotency_keys.c.label == label)
+            entry = and_(idempotency_keys.c.org_id == org_id, idempotency_keys.c.label == key)
             won = await tx.fetch_one(
-                update(idempotency_keys).where(and_(key, idempotency_keys.c.expires_at <= func.now()))
+                update(idempotency_keys).where(and_(entry, idempotency_keys.c.expires_at <= func.now()))
                 .values(digest=digest, state="in_progress", claim_id=claim_id, call_id=call_id, status=None,
                         headers=None, body=None, created_at=func.now(), expires_at=func.now() + lease)
                 .returning(idempotency_keys.c.claim_id))
             if won is not None:
                 return new
-            row = await tx.fetch_one(select(idempotency_keys).where(key))
+            row = await tx.fetch_one(select(idempotency_keys).where(entry))
         if row is None:  # abandoned or pruned between the statements: try again
             continue
         if row["digest"] != digest:
@@ -150,7 +173,7 @@ async def claim(svc: Services, org_id: str, label: str, digest: str, *, call_id:
 def _owned(c: Claim) -> Any:
     if c.outcome is not ClaimOutcome.NEW or c.claim_id is None:
         raise ValueError("only a NEW claim can be completed or abandoned")
-    return and_(idempotency_keys.c.org_id == c.org_id, idempotency_keys.c.label == c.label,
+    return and_(idempotency_keys.c.org_id == c.org_id, idempotency_keys.c.label == (c.key or c.label),
                 idempotency_keys.c.claim_id == c.claim_id, idempotency_keys.c.state == "in_progress")
 
 

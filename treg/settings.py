@@ -181,6 +181,16 @@ class Settings:
         "help": f"most treg spends at aggregator `<NAME>` per UTC day (micro-USD); unset: {10_000_000} (USD 10)"})
     ui_session_ttl_s: int = _setting(
         "TREG_UI_SESSION_TTL_S", 12 * 3600, "seconds a dashboard login (`treg_session` cookie) stays valid", "int")
+    # -- the archive of catalog answers (docs/lifecycle.md § Result classifiers and the archive) -----
+    archive_max_bytes: int = _setting(
+        "TREG_ARCHIVE_MAX_BYTES", 1024 * 1024, "largest catalog answer (bytes) the archive stores; a larger one is "
+        "relayed and not stored", "int")
+    archive_rollout_pct: int = _setting(
+        "TREG_ARCHIVE_ROLLOUT_PCT", 100, "share (0-100) of (org, endpoint) pairs the archive serves and fills, "
+        "picked by a stable hash; the others take the normal relay and money path", "int")
+    archive_prune_interval_s: float = _setting(
+        "TREG_ARCHIVE_PRUNE_INTERVAL_S", 300.0, "seconds between sweeps deleting expired archive entries (bounded "
+        "batches); 0: only at startup", "float")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import and_, delete, func, insert, select, update
 
+from treg import tool_urls
 from treg.bindings import Binding, format_fields
 from treg.call.evidence import MASK
 from treg.call.target import mask_userinfo
@@ -234,12 +235,14 @@ async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     base_url, host, hostname = parse_base_url(body.get("base_url"))
     await check_ssrf(svc, hostname)
     allowed = body.get("allowed_member_ids")
+    tool_id = new_id("tool")
+    stored_url, sealed = tool_urls.seal(svc, ident.org_id, tool_id, base_url)
     try:
         async with changes(svc, "tools", ident.org_id) as tx:
             bindings = await validate_bindings(svc, tx, ident.org_id, body.get("bindings", []))
             await _check_scope(tx, ident.org_id, body.get("project_id"), allowed)
             row = await tx.fetch_one(insert(tools).values(
-                id=new_id("tool"), org_id=ident.org_id, name=name, base_url=base_url, host=host,
+                id=tool_id, org_id=ident.org_id, name=name, base_url=stored_url, base_url_sealed=sealed, host=host,
                 bindings=[b.to_json() for b in bindings], project_id=body.get("project_id"),
                 allowed_member_ids=list(dict.fromkeys(allowed)) if allowed is not None else None,
             ).returning(*TOOL_COLUMNS))
@@ -254,6 +257,15 @@ async def _load(tx: Tx, org_id: str, tool_id: str) -> dict[str, Any]:
     if row is None:
         raise NotFound("no such tool in this org", code="tool_not_found")
     return row
+
+
+async def _masked_echo(svc: Services, org_id: str, tool_id: str, base_url: Any) -> bool:
+    if not isinstance(base_url, str) or MASK not in base_url:
+        return False
+    async with svc.db.tx() as tx:
+        row = await tx.fetch_one(select(tools.c.base_url, tools.c.base_url_sealed)
+                                 .where(and_(tools.c.id == tool_id, tools.c.org_id == org_id)))
+    return row is not None and row["base_url_sealed"] is not None and row["base_url"] == base_url
 
 
 async def list_tools(svc: Services, ident: Identity) -> list[dict[str, Any]]:
@@ -277,10 +289,15 @@ async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[s
     values: dict[str, Any] = {}
     if "name" in body:
         values["name"] = _check_name(body["name"])
+    if "base_url" in body and await _masked_echo(svc, ident.org_id, tool_id, body["base_url"]):
+        # the masked URL the listing showed, sent back unchanged (an edit form): the sealed credential
+        # stays (sealing "[REDACTED]" as the user-info would lose it)
+        body = {k: v for k, v in body.items() if k != "base_url"}
     if "base_url" in body:
         base_url, host, hostname = parse_base_url(body["base_url"])
         await check_ssrf(svc, hostname)
-        values.update(base_url=base_url, host=host)
+        stored_url, sealed = tool_urls.seal(svc, ident.org_id, tool_id, base_url)
+        values.update(base_url=stored_url, base_url_sealed=sealed, host=host)
     try:
         async with changes(svc, "tools", ident.org_id) as tx:
             await _load(tx, ident.org_id, tool_id)

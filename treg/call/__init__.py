@@ -6,7 +6,9 @@
    the edge left pending (the aiohttp half is ``treg/web/call.py``).
 2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``,
    ``org_tools.py``), a catalog endpoint (``catalog_stage.py``) or a sealed redirect (``redirects.py``).
-3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes.
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then
+   ``jobs.py``: a platform-tier poll or fetch reads only the caller's org's async jobs (and, in
+   settle, a submission's hold is left to its job).
 4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
 5. ``relay.py`` — the exact upstream request with its credentials injected (``injection.py``),
    its destination vetted, sent.
@@ -14,6 +16,9 @@
    other relayed as it arrives (``metered.py``, ``encodings.py``).
 7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
    ``audit.py``), and the one exit that unwinds and records every failure.
+
+A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
+child call each, and closes the holds their settle stages left open.
 
 Platform tier (``capacity_stage.py``): a locked key refused between 3 and 4, the spacer and the one
 burst re-send around 5's send, the breaker told about the answer in 6 once its hold is closed.

@@ -40,7 +40,8 @@ async def authorize(svc: Services, ident: Identity, method: str, target: Resolve
     host = parts.netloc.rpartition("@")[2]
     # the raw path: first_match canonicalises it (and the rule's) every way the upstream may read it
     rule = first_match(rules, scheme=parts.scheme.lower(), host=host, path=parts.path or "/", method=method,
-                       member_id=ident.member_id, project_id=target.project_id, headers=headers)
+                       member_id=ident.member_id, project_id=target.project_id, headers=headers,
+                       query=target.query)
     if rule is not None:
         reason = f": {rule.reason}" if rule.reason else ""
         raise Forbidden(f"deny rule {rule.id} blocks {rule.method or method} {host}{rule.path or ''}{reason}",

@@ -14,6 +14,7 @@ from treg import idempotency
 from treg.call.injection import provider_plan
 from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
+from treg.call.resources import call_pin
 from treg.call.types import CallInput, ResolvedTarget, split_query
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
@@ -41,6 +42,9 @@ async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tu
 
 async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: Endpoint,
                      surface: str) -> tuple[CallInput, ResolvedTarget]:
+    if endpoint.route is not None:  # treg.<capability>: no ladder of its own (treg/call/routed.py runs it)
+        return inp, ResolvedTarget(upstream_url="", query=(), tool=None, bindings=(), provider=endpoint.provider,
+                                   endpoint_id=endpoint.id, routed=endpoint.route)
     registry = svc.catalog
     creds = await load_org_credentials(svc, ident, [endpoint.provider])
     lookup.ensure_live(registry, endpoint, svc.settings, creds)
@@ -60,7 +64,8 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
     extra = list(cat.required_headers)
     if cat.scope_idempotency_key and inp.idempotency_key:
         # one shared provider account: the upstream sees a digest of (org, label), never the label
-        extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key)))
+        extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key,
+                                                                         call_pin(inp))))
     return inp, ResolvedTarget(
         upstream_url=base, query=tuple(split_query(fixed_query)) + tuple(cat.query), tool=tool,
         bindings=cat.bindings, provider=cat.provider.id, credential_tier=cat.tier, endpoint_id=endpoint.id,
@@ -96,10 +101,13 @@ def final_miss(svc: Services, name: str) -> TregError | None:
     return lookup.named_miss_error(svc.catalog, name)
 
 
-def tier_headers(target: ResolvedTarget | None, cost_micro: int = 0) -> dict[str, str]:
-    """Every answer of a catalog call that reached the ladder carries its tier and cost."""
+def tier_headers(target: ResolvedTarget | None, cost_micro: int = 0, *, cost: bool = True) -> dict[str, str]:
+    """Every answer of a catalog call that reached the ladder carries its tier and cost (``cost`` False:
+    not known yet, an async submission's hold is still open)."""
     if target is None or target.catalog is None:
         return {}
+    if not cost:
+        return {"X-Treg-Credential-Tier": str(target.credential_tier)}
     return {"X-Treg-Credential-Tier": str(target.credential_tier), "X-Treg-Cost-Micro": str(int(cost_micro))}
 
 

@@ -14,6 +14,7 @@ from treg.call.injection import compile_plan
 from treg.call.target import DialKey, dial_key
 from treg.call.types import ToolRef
 from treg.context import Services
+from treg import tool_urls
 from treg.domain.access import tool_usable
 from treg.infra.schema import secrets, tools
 from treg.tenancy import Identity
@@ -53,7 +54,8 @@ async def org_tools(svc: Services, org_id: str) -> OrgTools:
         out = []
         for r in rows:
             bindings = tuple(Binding.from_json(b) for b in r["bindings"])
-            out.append(ToolRef(id=r["id"], org_id=org_id, name=r["name"], base_url=r["base_url"], host=r["host"],
+            base_url = tool_urls.unseal(svc, org_id, r["id"], r["base_url"], r["base_url_sealed"])
+            out.append(ToolRef(id=r["id"], org_id=org_id, name=r["name"], base_url=base_url, host=r["host"],
                                bindings=bindings, project_id=r["project_id"],
                                allowed_member_ids=tuple(r["allowed_member_ids"])
                                if r["allowed_member_ids"] is not None else None,

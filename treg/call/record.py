@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 def call_record(state: "CallState", *, outcome: str, status: int | None, refused_by: str | None = None,
                 error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
                 response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
-                error_response: dict[str, Any] | None = None, failure_kind: str | None = None) -> CallRecord:
+                error_response: dict[str, Any] | None = None, failure_kind: str | None = None,
+                kind: str | None = None) -> CallRecord:
     """The audit row (``CallState.record``), with the optional columns a stage knows.
 
     A speed trick, kept on purpose (docs/performance.md): the columns come in as named parameters (a
@@ -51,8 +52,8 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         t.endpoint_id if t else None, refused_by, error_code, blame,
         t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
-        error_request, error_response, failure_kind, inp.parent_call_id,
-        state.capacity_signal.kind if state.capacity_signal is not None else None)
+        error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
+        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None)
 
 
 def request_evidence(state: "CallState") -> dict[str, Any] | None:
@@ -83,6 +84,7 @@ def audit(svc: Services, rec: CallRecord) -> None:
         "provider": rec.provider, "endpoint_id": rec.endpoint_id, "credential_tier": rec.credential_tier,
         "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
         "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
+        "result_state": rec.result_state, "cache_state": rec.cache_state, "kind": rec.kind,
         "capacity_signal": rec.capacity_signal,
     }))
 

@@ -65,6 +65,8 @@ class RedirectGrant:
     url: str  # absolute http(s) URL, query kept, no fragment
     parent_call_id: str
     expires_at: int  # unix seconds
+    #: the project of the tool whose answer redirected: its project-scoped deny rules follow the hop
+    project_id: str | None = None
 
 
 def _cipher(master: bytes) -> AESGCM:
@@ -73,8 +75,8 @@ def _cipher(master: bytes) -> AESGCM:
 
 
 def seal(svc: Services, grant: RedirectGrant) -> str:
-    plain = json.dumps([grant.org_id, grant.member_id, grant.url, grant.parent_call_id, grant.expires_at],
-                       separators=(",", ":")).encode()
+    plain = json.dumps([grant.org_id, grant.member_id, grant.url, grant.parent_call_id, grant.expires_at,
+                        grant.project_id], separators=(",", ":")).encode()
     nonce = os.urandom(_NONCE_LEN)
     blob = _VERSION + nonce + _cipher(svc.box.current).encrypt(nonce, plain, _AAD)
     return base64.urlsafe_b64encode(blob).rstrip(b"=").decode()
@@ -96,8 +98,8 @@ def open_grant(svc: Services, opaque: str) -> RedirectGrant | None:
             plain = _cipher(master).decrypt(nonce, sealed, _AAD)
         except InvalidTag:
             continue
-        org_id, member_id, url, parent, expires_at = json.loads(plain)
-        return RedirectGrant(org_id, member_id, url, parent, expires_at)
+        # five fields: a link sealed before grants carried the project (it has none)
+        return RedirectGrant(*json.loads(plain))
     return None
 
 
@@ -118,7 +120,7 @@ def redirect_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[Cal
     inp = replace(inp, rest=url, raw_query=query, parent_call_id=grant.parent_call_id,
                   headers=tuple((k, v) for k, v in inp.headers if k.lower() not in CALLER_CREDENTIALS))
     return inp, ResolvedTarget(upstream_url=url, query=tuple(split_query(query)), tool=None, bindings=(),
-                               provider=urlsplit(url).hostname)
+                               provider=urlsplit(url).hostname, scope_project_id=grant.project_id)
 
 
 def _within_tool(tool: ToolRef, url: str) -> str | None:
@@ -163,7 +165,8 @@ def treg_location(svc: Services, ident: Identity, inp: CallInput, target: Resolv
             if inp.surface == "call" and parse_rest(inp.rest)[0] == "url":
                 return "/call/" + absolute  # the caller's passthrough form
             return named + hash_ + fragment
-    grant = RedirectGrant(ident.org_id, ident.member_id, url, inp.call_id, int(time.time()) + ttl_s)
+    grant = RedirectGrant(ident.org_id, ident.member_id, url, inp.call_id, int(time.time()) + ttl_s,
+                          target.project_id)
     return "/redirect/" + seal(svc, grant) + hash_ + fragment
 
 

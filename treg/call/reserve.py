@@ -11,6 +11,7 @@ from treg import idempotency, money
 from treg.call import catalog_stage
 from treg.call.record import audit
 from treg.call.relay import buffer_body
+from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
 
@@ -27,12 +28,13 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     cat = target.catalog
     if cat is None or not target.billed:
         return None
-    if inp.idempotency_key:
+    if inp.idempotency_key and inp.deferred is None:  # a routed call's child: the key is the routed call's
         body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
         if not isinstance(inp.body, bytes) and inp.body is not None:
             state.inp = inp = replace(inp, body=body, content_length=len(body))
         digest = idempotency.request_digest(inp.method, target.endpoint_id or "", inp.raw_query, body)
-        state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id)
+        state.claim = await idempotency.claim(svc, ident.org_id, inp.idempotency_key, digest, call_id=inp.call_id,
+                                             pin=call_pin(inp))  # the pin: its own replay namespace
         if state.claim.outcome is idempotency.ClaimOutcome.REPLAY:
             return _replay_outcome(svc, state)
         refusal = state.claim.refusal()

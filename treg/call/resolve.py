@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from treg import tool_urls
 from treg.call import catalog_stage, redirects
 from treg.call.org_tools import OrgTools, by_dial, cached_org_tools, org_tools, usable
 from treg.call.target import dial_key, parse_passthrough, parse_rest
@@ -78,7 +79,8 @@ def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: 
             names = sorted(t.name for t in best)
             raise Conflict(f"{len(best)} tools serve this URL equally well: {', '.join(names)}; "
                            f"call one by name: /call/{names[0]}/<path>", code="ambiguous_tool",
-                           candidates=[{"name": t.name, "id": t.id, "base_url": t.base_url} for t in best],
+                           candidates=[{"name": t.name, "id": t.id, "base_url": tool_urls.masked(t.base_url)}
+                                       for t in best],
                            hint=f"/call/{names[0]}/<path>")
     tool = best[0]
     # the text as the caller wrote it (validated: re-parsing it yields ``key`` again; the relay checks)

@@ -12,7 +12,7 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import capacity_stage, intake, record, reserve, resolve, settle
+from treg.call import archive, capacity_stage, intake, jobs, record, reserve, resolve, resources, routed, settle
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -29,10 +29,16 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         await intake.load_body(state)  # ... then the body the edge left pending
         inp, target = await resolve.resolve_target(svc, ident, state.inp)  # 2 resolve: tool or catalog endpoint
         state.inp, state.target = inp, target
+        if target.routed is not None:  # treg.<capability>: its children run through execute
+            return await routed.run(svc, state, execute)
         await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
+        await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
+        await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
         await capacity_stage.check_lock(svc, state)  # ... and a locked platform key refuses before any hold
         if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
             return replay
+        if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
+            return stored
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
         state.resp = await capacity_stage.send(svc, state)  # ... vetted and sent (platform tier: smoothed)
         return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row

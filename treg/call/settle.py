@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import capacity_stage, catalog_stage, encodings, evidence, headers as hdr, metered, redirects
+from treg.call import (archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs,
+                       metered, redirects, resources)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -26,7 +27,8 @@ from treg.plugins import spool_evidence_paths
 async def settle(svc: Services, state: CallState) -> CallOutcome:
     resp = state.resp
     assert resp is not None
-    if state.hold is not None:
+    # read whole too: an owned object's answer, an async submission or owned poll
+    if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state):
         return await _metered_outcome(svc, state, resp)
     if state.claim is not None:
         # a free streamed read is not stored for replay: the label goes back so a retry fetches again
@@ -45,17 +47,20 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     try:
         if "location" in resp.index or "content-location" in resp.index:
             relayed = _treg_locations(svc, state, relayed)
-        if ok and target.catalog.spooled_response:
+        if ok and target.catalog.spooled_response and state.inp.deferred is None:  # a routed parent reads it
             spooled = await metered.spool_answer(resp, svc.spool_budget)
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
-                          *spool_evidence_paths(svc.pm, target.catalog.endpoint)),
+                          *spool_evidence_paths(svc.pm, target.catalog.endpoint),
+                          *archive.classifier_paths(svc, target.endpoint_id)),
                 encodings.codings(resp.headers))
             data = b""
         else:
             data = await metered.buffer_answer(resp)
             # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
             answer = await metered.answer_evidence(data, resp.headers) if ok else None
+        await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
+        relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
         if state.claim is not None:
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again
@@ -64,10 +69,13 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             else:
                 await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
             state.claim = None
-        if ok:
+        if state.inp.deferred is not None:  # a routed call's child: the routed call closes it (treg/call/routed.py)
+            state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
+        elif ok:
             await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await state.close_money(svc)
+        await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)
     except BaseException:
         if spooled is not None:
             spooled.close()  # the spool file; the call's own unwind is the caller's
@@ -75,7 +83,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     length = spooled.size if spooled is not None else len(data)
     out_headers = list(relayed)
     out_headers.append(("Content-Length", str(length)))
-    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro).items())
+    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro, cost=not jobs.deferred(state)).items())
+    out_headers += archive.answer_headers(state)
     out_headers += await capacity_stage.after_answer(svc, state, resp, data)  # the money is closed by now
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 
@@ -100,7 +109,7 @@ def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, st
 
 
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
-    body = resp.body
+    body = await archive.read_for_archive(svc, state, resp)  # resp.body, unless the archive reads it first
     err_head: tuple[bytes, bool] | None = None
     if resp.status >= 400 and resp.whole is not None:
         err_head = (resp.whole[:evidence.RESPONSE_HEAD_MAX], len(resp.whole) > evidence.RESPONSE_HEAD_MAX)
@@ -114,6 +123,7 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
         out_headers = _treg_locations(svc, state, out_headers)
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
+    out_headers += archive.answer_headers(state)
     out_headers += await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
     index = resp.index
     cl = index.get("content-length")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money
 from treg.call import evidence
@@ -62,6 +62,14 @@ class CallState:
     cost_micro: int = 0
     #: the audit row is queued (an exceptional exit records the call once, whichever path saw it first)
     audited: bool = False
+    #: the archive's plan for the call (treg/call/archive.py), the classifier's verdict, what the archive did
+    archive: Any = None
+    result_state: str | None = None
+    cache_state: str | None = None
+    #: the audit row's kind (None: an ordinary call; async_submit / async_poll / async_fetch)
+    kind: str | None = None
+    #: the owned async job a platform-tier poll or fetch reads (treg/call/jobs.py), else None
+    job: Any = None
     #: platform tier (treg/call/capacity_stage.py): the final answer's classification, the lock this
     #: call probes, and the smoothing applied (``X-Treg-Smoothed`` parts)
     capacity_signal: Signal | Unrecorded | None = None

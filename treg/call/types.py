@@ -46,6 +46,9 @@ class CallInput:
     #: how ``rest`` is resolved when the surface does not say it: "catalog" as /catalog/call/ (an MCP
     #: catalog_call); None: as the surface's own form
     form: str | None = None
+    #: a routed call's child (treg/call/routed.py): where the settle stage leaves its hold, open, for the
+    #: routed call to close; None: the call closes its own hold
+    deferred: Any = field(default=None, repr=False, compare=False)
 
     @property
     def catalog_form(self) -> bool:
@@ -118,10 +121,14 @@ class ResolvedTarget:
     dial: tuple[str, str, int | None] | None = None
     #: the bindings' compiled injection plan (treg/call/injection.py); None: the relay compiles one
     plan: Any = field(default=None, repr=False, compare=False)
+    #: no tool, but the project whose deny rules apply: a redirect hop carries its parent tool's
+    scope_project_id: str | None = None
+    #: a routed ``treg.<capability>`` (treg.catalog.routed.RoutedPlan): its children are the calls
+    routed: Any = None
 
     @property
     def project_id(self) -> str | None:
-        return self.tool.project_id if self.tool else None
+        return self.tool.project_id if self.tool else self.scope_project_id
 
     @property
     def full_url(self) -> str:
@@ -166,6 +173,9 @@ class CallRecord(NamedTuple):
     error_response: dict[str, Any] | None = None
     failure_kind: str | None = None
     parent_call_id: str | None = None
+    result_state: str | None = None
+    cache_state: str | None = None
+    kind: str | None = None
     #: the platform-tier answer's capacity classification (balance, quota, burst, edge_block, unrecorded):
     #: rides the ``tool_called`` event; not a column (the audit writer stores only the table's columns)
     capacity_signal: str | None = None

@@ -21,9 +21,13 @@ import pluggy
 
 from treg import http_grammar
 from treg.bindings import Binding, Injector, format_fields
+from treg.catalog import managed as managed_rows
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
+from treg.archive import policy as archive_policy
+from treg.jobs.spec import link_utilities, parse_submission
+from treg.catalog.routed import with_routed
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, call_hook
 
@@ -52,7 +56,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow"})
+                           "overflow", "managed_resource", "archive", "async"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -108,7 +112,7 @@ def check_root_url(raw: Any) -> str | None:
         return "cannot carry user-info (credentials belong in auth)"
     if parts.query or parts.fragment or raw.endswith(("?", "#")):
         return "cannot carry a query or fragment"
-    if _PCT.search(parts.path) or not _PATH_CHARS.match(parts.path):
+    if _PCT.search(parts.path) or not _PATH_CHARS.fullmatch(parts.path):
         return "has characters in its path that are not valid in a URL"
     return None
 
@@ -129,7 +133,7 @@ class _Loader:
             add(plugin, f"provider #{index}", "", f"a provider must be a dict, not {type(data).__name__}")
             return
         pid = data.get("id")
-        if not isinstance(pid, str) or not PROVIDER_ID.match(pid):
+        if not isinstance(pid, str) or not PROVIDER_ID.fullmatch(pid):
             add(plugin, f"provider #{index}", "id",
                 f"{pid!r} is not a provider id: 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit")
             return
@@ -332,7 +336,7 @@ class _Loader:
         if status not in ("live", "retired", "broken"):
             add(plugin, row, "status", f"{status!r} is not one of live, retired, broken")
         capability = data.get("capability")
-        if capability is not None and (not isinstance(capability, str) or not _CAPABILITY.match(capability)):
+        if capability is not None and (not isinstance(capability, str) or not _CAPABILITY.fullmatch(capability)):
             add(plugin, row, "capability", "must be a lower-case dotted name such as 'weather.forecast'")
         superseded_by = data.get("superseded_by")
         if superseded_by is not None and status == "live":
@@ -357,13 +361,19 @@ class _Loader:
                 f"{list(provider.catalog_hosts)}")
 
         overflow = self._overflow(plugin, row, data.get("overflow"), method)
+        managed = managed_rows.check_descriptor(add, plugin, row, data.get("managed_resource"), params=params,
+                                                spooled=flags["spooled_response"])
+        archive = archive_policy.check_row(data.get("archive"), method, price, flags["spooled_response"],
+                                           lambda field, message: add(plugin, row, field, message))
+        async_job = parse_submission(add, plugin, row, data.get("async"), spooled=flags["spooled_response"])
 
         if len(self.c.problems) > before or price is None:
             return None
-        ep = Endpoint(overflow=overflow, id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
+        ep = Endpoint(id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
                       capability=capability, status=status, status_note=data.get("status_note"),
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
-                      description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin, **flags)
+                      description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,
+                      overflow=overflow, managed_resource=managed, archive=archive, async_job=async_job, **flags)
         self.endpoints[eid] = ep
         return ep
 
@@ -419,13 +429,13 @@ class _Loader:
         if "{" in literal or "}" in literal:
             add(plugin, row, "path", "has a '{' or '}' that is not a {param} slot")
             return None
-        if not _PATH_CHARS.match(literal) or _PCT.search(literal):
+        if not _PATH_CHARS.fullmatch(literal) or _PCT.search(literal):
             add(plugin, row, "path", "has characters that are not valid in a URL path (encode them as %HH)")
             return None
         if any(seg in (".", "..") for seg in template.split("/")):
             add(plugin, row, "path", "cannot contain '.' or '..' segments")
             return None
-        if "?" in path and (SLOT.search(query) or not _QUERY_CHARS.match(query) or _PCT.search(query)
+        if "?" in path and (SLOT.search(query) or not _QUERY_CHARS.fullmatch(query) or _PCT.search(query)
                             or "{" in query):
             add(plugin, row, "path", "its fixed query part may not hold slots or characters invalid in a URL")
             return None
@@ -627,6 +637,8 @@ class _Loader:
             elif ep.superseded_by not in self.endpoints:
                 self.c.add(ep.plugin, f"endpoint {ep.id!r}", "superseded_by",
                            f"{ep.superseded_by!r} is not an endpoint of the catalog")
+        managed_rows.check_kinds(self.c.add, self.endpoints.values())
+        self.endpoints.update(link_utilities(self.c.add, self.endpoints))  # async jobs: treg/jobs/spec.py
         if self.c.problems:
             raise CatalogError(self.c.problems)
         return CatalogRegistry.build(self.providers.values(), self.endpoints.values())
@@ -678,7 +690,7 @@ def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, I
             continue
         for i, data in enumerate(result):
             loader.provider(plugin, i, data)
-    return loader.finish()
+    return with_routed(loader.finish())  # treg.<capability> for each capability two live endpoints share
 
 
 def declared_providers(pm: pluggy.PluginManager) -> list[tuple[str, Any]]:

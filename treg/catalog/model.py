@@ -198,6 +198,15 @@ class Endpoint:
     plugin: str = ""
     #: overflow routes to aggregators (treg.overflow.aggregator.OverflowRoute), tried in this order
     overflow: tuple[Any, ...] = ()
+    #: the durable vendor object this row acts on (treg.catalog.managed.ManagedResource), None: none
+    managed_resource: Any = None
+    #: the archive's policy for the endpoint's answers (treg.archive.policy.ArchivePolicy); None: not archived
+    archive: Any = None
+    #: the row's ``async`` descriptor (treg.jobs.spec.Submission), or, on the poll/fetch endpoint a
+    #: descriptor names, that role (treg.jobs.spec.Utility); None: neither (docs/lifecycle.md)
+    async_job: Any = None
+    #: a generated ``treg.<capability>`` (treg.catalog.routed.RoutedPlan: its children); None: a plugin's row
+    route: Any = None
 
     @property
     def operation(self) -> str:
@@ -251,7 +260,9 @@ class Endpoint:
                 "price": self.price.to_json(), "platform_auth": self.platform_auth,
                 "description": self.description,
                 "overflow_price_micro": route.price_micro if route is not None else None,
-                "overflow_aggregator": route.aggregator if route is not None else None}
+                "overflow_aggregator": route.aggregator if route is not None else None,
+                "kind": "endpoint" if self.route is None else "routed",
+                **({} if self.route is None else {"children": self.route.summary_json()})}
 
     def to_json(self, overflow_usable: Any = None) -> dict[str, Any]:
         out = self.summary_json(overflow_usable)
@@ -261,6 +272,9 @@ class Endpoint:
             "body_allowlist": self.body_allowlist, "spooled_response": self.spooled_response,
             "platform_blocked": self.platform_blocked, "host": self.host, "docs_url": self.docs_url,
             "query_form": self.query_form(),
+            "managed_resource": self.managed_resource.to_json() if self.managed_resource is not None else None,
+            "archive": self.archive.to_json() if self.archive is not None else None,
+            "async": self.async_job.to_json() if self.async_job is not None else None,
         })
         return out
 

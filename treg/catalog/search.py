@@ -138,6 +138,8 @@ def describe(registry: CatalogRegistry, ep: Endpoint, creds: OrgCredentials | No
         row["needs"] = needed_tier(provider, ep)
         row["how_to_get_credential"] = how_to_get_credential(provider, ep)
     row["alternatives"] = alternatives(registry, ep, settings, creds)
+    if ep.route is not None:  # a routed treg.<capability>: the children it tries, in order
+        row.update(kind="routed", children=ep.route.children_json(creds, settings))
     row["call"] = {"tool": "catalog_call", "arguments": {
         "endpoint": ep.id, "params": {p.name: f"<{p.name}>" for p in ep.params if p.required}}}
     row["http"] = f"{ep.method} {example_query(ep)}"

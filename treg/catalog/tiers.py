@@ -54,6 +54,8 @@ def offer_tier(provider: Provider, endpoint: Endpoint, creds: OrgCredentials | N
                settings: Settings) -> Tier | None:
     """The tier this caller would get for ``endpoint`` (None: no credential). ``creds`` None: only what the
     settings decide (anonymous, platform) is considered."""
+    if endpoint.route is not None:  # a generated treg.<capability>: the tier of the child tried first
+        return endpoint.route.offer_tier(creds, settings)  # type: ignore[no-any-return]
     if creds is not None and creds.own_for(provider.id):
         return "own"
     if creds is not None and provider.auth and creds.team_secret_for(provider.id):
@@ -68,6 +70,8 @@ def offer_tier(provider: Provider, endpoint: Endpoint, creds: OrgCredentials | N
 def needed_tier(provider: Provider, endpoint: Endpoint) -> Tier:
     """What a caller with no tier for ``endpoint`` would need: the team's credential when the provider
     takes a key, else the operator's anonymous allow-list (a keyless endpoint), else an own tool."""
+    if endpoint.route is not None:
+        return endpoint.route.needed_tier()  # type: ignore[no-any-return]
     if provider.auth:
         return "team"
     if endpoint.anonymous:
@@ -76,6 +80,8 @@ def needed_tier(provider: Provider, endpoint: Endpoint) -> Tier:
 
 
 def how_to_get_credential(provider: Provider, endpoint: Endpoint) -> str:
+    if endpoint.route is not None:
+        return endpoint.route.how_to_get_credential()  # type: ignore[no-any-return]
     ways = []
     if provider.auth:
         ways.append(f"add a secret with \"provider\": \"{provider.id}\" (POST /api/v1/secrets)")

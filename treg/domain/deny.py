@@ -13,9 +13,13 @@ upstream will understand"):
   form of the request's path.
 * the path match is anchored at a segment boundary: ``/v1/charges`` matches ``/v1/charges`` and
   ``/v1/charges/ch_1`` but never ``/v1/chargesX``; a trailing ``/`` on either side changes nothing.
+  Lenient decoders are assumed too: a path decoded twice (``%252e`` → ``.``), overlong UTF-8 for ASCII
+  (``%c0%ae`` → ``.``) and trailing dots cut from a segment (``charges.``, as IIS reads it) give forms
+  of their own.
 * the method is compared with the request's and with every method-override header's value
-  (``X-HTTP-Method-Override``, ``X-HTTP-Method``, ``X-Method-Override``), case-insensitively; ``HEAD``
-  runs an upstream's ``GET`` handler, so a rule on ``GET`` also stops ``HEAD``.
+  (``X-HTTP-Method-Override``, ``X-HTTP-Method``, ``X-Method-Override``) and ``_method`` query
+  parameter (Rails, Laravel, Symfony), case-insensitively; ``HEAD`` runs an upstream's ``GET`` handler,
+  so a rule on ``GET`` also stops ``HEAD``.
 * hosts compare case-insensitively and without a trailing dot (``API.example.com.``); a rule host
   without a port matches that host on any port, ``host:port`` only that port (the scheme's default
   port when the URL names none).
@@ -31,8 +35,14 @@ from urllib.parse import unquote
 #: headers by which frameworks let a request claim another method than its request line's
 METHOD_OVERRIDE_HEADERS = frozenset(("x-http-method-override", "x-http-method", "x-method-override"))
 
+#: the query parameter by which frameworks let a form claim another method
+METHOD_OVERRIDE_PARAM = "_method"
+
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+#: an overlong two-byte UTF-8 spelling of an ASCII character (``%c0%ae`` is ``.``), which strict decoders
+#: refuse and lenient ones read as the character
+_OVERLONG = re.compile(r"%[cC]([01])%([89abAB][0-9A-Fa-f])")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -41,10 +51,17 @@ def _decode_unreserved(match: re.Match[str]) -> str:
     return char if char in _UNRESERVED else match.group(0)
 
 
-def _segments(path: str, *, merge_first: bool) -> str:
+def _overlong(match: re.Match[str]) -> str:
+    return "%{:02X}".format(((0xC0 | int(match.group(1))) & 0x1F) << 6 | (int(match.group(2), 16) & 0x3F))
+
+
+def _segments(path: str, *, merge_first: bool, strip_dots: bool = False) -> str:
     """``path`` (already decoded as wanted) with params cut, ``//`` collapsed and dot segments removed,
-    lower case, without a trailing ``/`` (the match is segment-anchored, so it would change nothing)."""
+    lower case, without a trailing ``/`` (the match is segment-anchored, so it would change nothing).
+    ``strip_dots``: a segment's trailing dots cut too (after the dot segments are read as such)."""
     segs = [seg.partition(";")[0] for seg in path.split("/")]
+    if strip_dots:
+        segs = [seg if seg in (".", "..") else (seg.rstrip(".") or seg) for seg in segs]
     out: list[str] = []
     for seg in segs:
         if seg == "":
@@ -62,8 +79,15 @@ def path_forms(path: str) -> tuple[str, ...]:
     """Every canonical form an upstream may resolve ``path`` to (see the module docstring)."""
     kept = _ESCAPE.sub(_decode_unreserved, path)
     decoded = unquote(path, errors="surrogateescape").replace("\\", "/")
-    forms = (_segments(kept, merge_first=True), _segments(kept, merge_first=False),
-             _segments(decoded, merge_first=True), _segments(decoded, merge_first=False))
+    forms = [_segments(kept, merge_first=True), _segments(kept, merge_first=False),
+             _segments(decoded, merge_first=True), _segments(decoded, merge_first=False)]
+    lenient = _OVERLONG.sub(_overlong, path) if "%" in path else path
+    if lenient != path or "%25" in path or "." in path:  # only then can a lenient reading differ
+        once = unquote(lenient, errors="surrogateescape").replace("\\", "/")
+        twice = unquote(_OVERLONG.sub(_overlong, once), errors="surrogateescape").replace("\\", "/")
+        for text in dict.fromkeys((once, twice)):
+            forms += [_segments(text, merge_first=True, strip_dots=True),
+                      _segments(text, merge_first=False, strip_dots=True)]
     return tuple(dict.fromkeys(forms))
 
 
@@ -105,10 +129,14 @@ def host_matches(rule_host: str, host: str, scheme: str) -> bool:
     return rp == (p or _DEFAULT_PORTS.get(scheme.lower()))
 
 
-def effective_methods(method: str, headers: Iterable[tuple[str, str]] = ()) -> frozenset[str]:
-    """The methods an upstream may act on: the request line's and every override header's (a value may
-    list several, comma-separated), upper case; ``HEAD`` adds ``GET``."""
+def effective_methods(method: str, headers: Iterable[tuple[str, str]] = (),
+                      query: Iterable[tuple[str, str | None]] = ()) -> frozenset[str]:
+    """The methods an upstream may act on: the request line's, every override header's (a value may
+    list several, comma-separated) and every ``_method`` query parameter's (raw pairs, decoded here),
+    upper case; ``HEAD`` adds ``GET``."""
     values = [method] + [v for k, v in headers if k.lower() in METHOD_OVERRIDE_HEADERS]
+    values += [unquote(v.replace("+", " ")) for k, v in query
+               if v is not None and unquote(k).lower() == METHOD_OVERRIDE_PARAM]
     out = {m.strip().upper() for v in values for m in v.split(",")} - {""}
     if "HEAD" in out:
         out.add("GET")
@@ -133,10 +161,11 @@ class DenyRule:
 
 def first_match(rules: Iterable[DenyRule], *, scheme: str, host: str, path: str, method: str,
                 member_id: str, project_id: str | None,
-                headers: Iterable[tuple[str, str]] = ()) -> DenyRule | None:
+                headers: Iterable[tuple[str, str]] = (),
+                query: Iterable[tuple[str, str | None]] = ()) -> DenyRule | None:
     """The first rule that stops this call. ``path`` is the upstream URL's raw path (encoding kept);
-    ``headers`` are the caller's, for the method-override headers."""
-    methods = effective_methods(method, headers)
+    ``headers`` are the caller's and ``query`` the raw pairs sent, for the method overrides."""
+    methods = effective_methods(method, headers, query)
     forms: tuple[str, ...] | None = None  # computed only once a rule gets as far as the path
     for rule in rules:
         if rule.member_id is not None and rule.member_id != member_id:

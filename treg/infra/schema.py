@@ -93,6 +93,8 @@ tools = Table(
     Column("allowed_member_ids", ARRAY(String(40)), nullable=True),
     _created(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    #: the whole base URL, sealed, when it carries user-info (``base_url`` then holds it masked)
+    Column("base_url_sealed", LargeBinary, nullable=True),
     UniqueConstraint("org_id", "name"),
     Index("ix_tools_org_id_host", "org_id", "host"),
 )
@@ -143,6 +145,12 @@ calls = Table(
     Column("failure_kind", String(32), nullable=True),
     # the call this one continues (a followed redirect, a routed endpoint's child)
     Column("parent_call_id", String(40), nullable=True),
+    # the result classifier's verdict on a buffered 2xx (hit | miss | unknown) and what the archive did
+    # (hit | stored | miss); NULL: no classifier, no archive (migration 0010)
+    Column("result_state", String(16), nullable=True),
+    Column("cache_state", String(16), nullable=True),
+    # what kind of call: NULL an ordinary one; async_submit, async_poll, async_fetch (docs/lifecycle.md)
+    Column("kind", String(16), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)
@@ -304,4 +312,74 @@ overflow_health = Table(
     Column("until", DateTime(timezone=True), nullable=False),
     Column("reason", String(64), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+
+# -- owned resources (treg/call/resources.py, docs/lifecycle.md "Owned resources") ---------------------
+
+provider_resources = Table(
+    # One row per object an org created on treg's own (platform) vendor account: who may update, use or
+    # delete it there. The vendor's id is unique per (provider, kind): one owner per object.
+    "provider_resources", metadata,
+    Column("provider", String(100), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("resource_id", String(512), nullable=False),  # the vendor's id, as its answer named it
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(16), nullable=False, server_default=text("'active'")),
+    #: the creating call's pin (its X-Treg-Tag), the snapshot a pinned call must match; NULL: unpinned
+    Column("tag", String(200), nullable=True),
+    Column("call_id", String(200), nullable=False),  # the call that created it
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("provider", "kind", "resource_id"),
+    CheckConstraint("state IN ('active', 'deleted')", name="state"),
+    Index("ix_provider_resources_org_id_created_at", "org_id", "created_at"),
+)
+
+
+# -- the archive of catalog answers (treg/archive, docs/lifecycle.md) -----------------------------------
+
+archive_entries = Table(
+    # One stored 2xx catalog answer per key: a digest of (endpoint, method, sorted query, body hash, org),
+    # never of a credential. org_id NULL: a `scope: global` entry shared by every org.
+    "archive_entries", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("endpoint", String(200), nullable=False),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=True),
+    Column("status", Integer, nullable=False),
+    Column("content_type", String(300), nullable=True),
+    Column("body", LargeBinary, nullable=False),
+    Column("stored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_archive_entries_expires_at", "expires_at"),
+)
+
+
+# -- async jobs (treg/jobs, docs/lifecycle.md "Async jobs") --------------------------------------------
+
+async_jobs = Table(
+    # One vendor job started on a platform-tier submission: who owns it (org, provider), the hold it keeps
+    # open (the submission's call id) until a poll reads a terminal status, and the fetch ids learned.
+    "async_jobs", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", String(40), nullable=True),
+    Column("provider", String(64), nullable=False),
+    Column("endpoint_id", String(200), nullable=False),  # the submission
+    Column("task_id", String(500), nullable=False),
+    Column("call_id", String(200), nullable=False, unique=True),  # the submission's call (= its hold's id)
+    # the utilities that may read it, frozen at submission (a later catalog change cannot widen them)
+    Column("poll_endpoint", String(200), nullable=False),
+    Column("fetch_endpoint", String(200), nullable=True),
+    Column("state", String(16), nullable=False, server_default=text("'pending'")),
+    Column("fetch_ids", ARRAY(String(500)), nullable=False, server_default=text("'{}'")),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_polled_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name="state"),
+    # one vendor account: a task id names one job; the ownership lookup is (provider, task_id) then org
+    UniqueConstraint("provider", "task_id"),
+    Index("ix_async_jobs_fetch_ids", "fetch_ids", postgresql_using="gin"),
+    Index("ix_async_jobs_org_id_created_at", "org_id", "created_at"),
 )

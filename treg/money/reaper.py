@@ -24,6 +24,7 @@ from sqlalchemy import and_, func, select, text
 from treg.context import Services
 from treg.errors import DatabaseError
 from treg.infra.schema import holds
+from treg.jobs import store as job_store
 from treg.money.holds import HELD, RELEASED, _close
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
                     released += 1
     if released:
         log.warning("reaper released %d orphaned hold(s)", released)
+    # an async job's hold is released like any other when nobody polled it in time: the job says so too
+    await job_store.expire_released(svc)
     return released
 
 

@@ -149,7 +149,8 @@ async def delete_deny_rule(request: web.Request) -> web.Response:
 @routes.get("/api/v1/calls")
 async def list_calls(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    return json_response({"calls": await calls.list_calls(svc, ident, request.query.get("limit"))})
+    return json_response({"calls": await calls.list_calls(svc, ident, request.query.get("limit"),
+                                                                request.query.get("kind"))})
 
 
 @routes.get("/api/v1/calls/{call_id}")

@@ -34,6 +34,8 @@ def _tier_view(registry: CatalogRegistry, ep: Endpoint, creds: OrgCredentials, s
     if tier is None and ep.is_live:
         out["needs"] = ladder.needed_tier(provider, ep)
         out["how_to_get_credential"] = ladder.how_to_get_credential(provider, ep)
+    if ep.route is not None:  # a routed endpoint's children, each with the tier this caller would get
+        out["children"] = ep.route.children_json(creds, svc.settings)
     return out
 
 
@@ -52,7 +54,8 @@ async def list_endpoints(request: web.Request) -> web.Response:
                  if provider is None or ep.provider == provider]
     else:
         found = registry.search(provider=provider, capability=q.get("capability") or None, q=words, status=status)
-    creds = await ladder.load_org_credentials(svc, ident, {ep.provider for ep in found})
+    creds = await ladder.load_org_credentials(svc, ident, {ep.provider for ep in found}
+                                              | {p for ep in found if ep.route for p in ep.route.provider_ids})
     # each row says how to call it: an agent reading a search needs no second request per endpoint
     rows = [{**ep.summary_json(), "params": [p.to_json() for p in ep.params],
              "example": f"{ep.method} {search.example_query(ep)}", **_tier_view(registry, ep, creds, svc)}

@@ -1,0 +1,133 @@
+"""An endpoint row's ``archive`` descriptor, the archive key and the rollout: pure, no I/O.
+
+    "archive": {"ttl_s": 86400, "cache_price": "full" | "repeat" | "free",
+                "repeat_price_micro": 500, "scope": "org" | "global"}
+
+The key is a SHA-256 digest of the endpoint, the method, the caller's query as sorted pairs, a hash
+of the body, and the org (``scope: org``; ``global`` leaves the org out, sharing answers across orgs).
+It never holds a credential: the query pairs and body fields an injection binding writes are left out
+(whatever the caller put there is overwritten before the vendor sees it), and what treg injects is
+never part of the caller's request, which is all the key is made from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal, Mapping
+from urllib.parse import unquote_plus
+
+from treg.bindings import Binding
+
+CACHE_PRICES = ("full", "repeat", "free")
+SCOPES = ("org", "global")
+KEYS = frozenset({"ttl_s", "cache_price", "repeat_price_micro", "scope"})
+#: the longest an entry may live (30 days): an archive is for repeat lookups, not a data store
+MAX_TTL_S = 30 * 86400
+MAX_MICRO = 10 ** 12
+#: only reads are archived: a PUT/PATCH/DELETE changes something at the vendor, a repeat must reach it
+METHODS = ("GET", "POST")
+
+
+@dataclass(frozen=True)
+class ArchivePolicy:
+    ttl_s: int
+    cache_price: Literal["full", "repeat", "free"] = "full"
+    repeat_price_micro: int = 0
+    scope: Literal["org", "global"] = "org"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ttl_s": self.ttl_s, "cache_price": self.cache_price, "scope": self.scope}
+        if self.cache_price == "repeat":
+            out["repeat_price_micro"] = self.repeat_price_micro
+        return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_row(raw: Any, method: str, price: Any, spooled: bool,
+              bad: Callable[[str, str], None]) -> ArchivePolicy | None:
+    """The row's ``archive`` field validated (None: absent, or a problem reported through ``bad(field,
+    message)``, the catalog loader's collector, so it names the plugin and the row)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        bad("archive", "must be a dict {ttl_s, cache_price?, repeat_price_micro?, scope?}")
+        return None
+    problems = 0
+
+    def fail(field: str, message: str) -> None:
+        nonlocal problems
+        problems += 1
+        bad(field, message)
+
+    for key in sorted(set(raw) - KEYS):
+        fail(f"archive.{key}", f"unknown archive field; known: {sorted(KEYS)}")
+    ttl = raw.get("ttl_s")
+    if not _is_int(ttl) or not 1 <= ttl <= MAX_TTL_S:
+        fail("archive.ttl_s", f"{ttl!r} must be a whole number of seconds, 1 to {MAX_TTL_S}")
+    cache_price = raw.get("cache_price", "full")
+    if cache_price not in CACHE_PRICES:
+        fail("archive.cache_price", f"{cache_price!r} is not one of {', '.join(CACHE_PRICES)}")
+    repeat = raw.get("repeat_price_micro")
+    if cache_price == "repeat":
+        if not _is_int(repeat) or not 0 <= repeat <= MAX_MICRO:
+            fail("archive.repeat_price_micro", f"{repeat!r} must be a whole number of micro-USD, 0 to {MAX_MICRO}")
+        elif price is not None and price.kind == "per_call" and repeat > price.per_call_micro:
+            fail("archive.repeat_price_micro", f"{repeat} is more than the endpoint's own price "
+                 f"({price.per_call_micro}): a repeat never costs more than a fresh call")
+    elif repeat is not None:
+        fail("archive.repeat_price_micro", "is only read with \"cache_price\": \"repeat\"")
+    scope = raw.get("scope", "org")
+    if scope not in SCOPES:
+        fail("archive.scope", f"{scope!r} is not one of {', '.join(SCOPES)}")
+    if method not in METHODS:
+        fail("archive", f"a {method} is never archived (only {', '.join(METHODS)}: a repeat must reach the vendor)")
+    if spooled:
+        fail("archive", "a spooled_response answer is never stored (too large to archive)")
+    if problems:
+        return None
+    return ArchivePolicy(ttl_s=ttl, cache_price=cache_price, repeat_price_micro=repeat or 0, scope=scope)
+
+
+def _body_digest(body: bytes, json_fields: frozenset[str]) -> str:
+    if json_fields and body.strip():
+        # a JSON binding overwrites these fields: what the caller put there never reaches the vendor
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            doc = None
+        if isinstance(doc, dict):
+            kept = {k: v for k, v in doc.items() if k not in json_fields}
+            body = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(body).hexdigest()
+
+
+def key_material(*, endpoint_id: str, method: str, query: Iterable[tuple[str, str | None]], body: bytes,
+                 org_id: str | None, bindings: Iterable[Binding] = ()) -> bytes:
+    """What the key is the digest of (kept apart from :func:`archive_key` so tests can read it)."""
+    bindings = tuple(bindings)
+    query_names = frozenset(b.name for b in bindings if b.location == "query")
+    json_fields = frozenset(b.name for b in bindings if b.location == "json")
+    pairs = sorted((k, "" if v is None else v, v is None) for k, v in query
+                   if unquote_plus(k) not in query_names)
+    return json.dumps([endpoint_id, method.upper(), [[k, v, flag] for k, v, flag in pairs],
+                       _body_digest(body, json_fields), org_id], separators=(",", ":")).encode()
+
+
+def archive_key(material: bytes) -> str:
+    return hashlib.sha256(material).hexdigest()
+
+
+def in_rollout(org_id: str, endpoint_id: str, pct: int) -> bool:
+    """Whether the (org, endpoint) pair is in the archive's rollout: a stable share of pairs (the same
+    answer in every process and after a restart), ``pct`` of 100."""
+    if pct >= 100:
+        return True
+    if pct <= 0:
+        return False
+    h = hashlib.sha256(f"{org_id}\0{endpoint_id}".encode()).digest()
+    return int.from_bytes(h[:8], "big") % 100 < pct

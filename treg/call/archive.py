@@ -1,0 +1,259 @@
+"""The archive's part of a call: a stored answer served without the vendor (:func:`lookup`, after the
+reserve stage), and a fresh 2xx classified and stored on its way to the caller (:func:`observe` for a
+metered answer, :func:`read_for_archive` for a streamed one). Contract: docs/lifecycle.md § Result
+classifiers and the archive.
+
+* Which calls take part: catalog calls of an endpoint whose row declares ``archive``, on the platform,
+  team or own tier (never an own-tool relay, never the keyless anonymous tier), whose (org, endpoint)
+  pair is in ``TREG_ARCHIVE_ROLLOUT_PCT``. The others take the normal relay and money path untouched.
+* A hit is charged what the row's ``cache_price`` says, through the same hold and settlement as any
+  billed call (the hold placed by the reserve stage as usual, settled here); on the team and own tiers
+  treg bills nothing, hit or not.
+* What is stored: a 2xx of at most ``TREG_ARCHIVE_MAX_BYTES`` received with identity encoding, that
+  the endpoint's classifier (``treg/results.py``) called a ``hit`` (or a ``miss`` with
+  ``admit_misses``); with no classifier, every such 2xx. ``unknown`` is never stored.
+* Request header ``X-Treg-Cache``: ``refresh`` skips the lookup but stores the fresh answer, ``bypass``
+  does neither. Like every ``X-Treg-*`` header it never reaches the vendor (``treg/call/headers.py``).
+* Answer header ``X-Treg-Cache``: ``hit`` (with ``X-Treg-Cache-Age``), ``stored``, or ``miss``.
+
+A failing archive read or write (the database) never fails the call: it is logged and the call goes
+on as a miss. Nothing of the key, the query or the body is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, AsyncIterator
+
+from treg import idempotency
+from treg.archive import store
+from treg.archive.policy import ArchivePolicy, archive_key, in_rollout, key_material
+from treg.call import catalog_stage, headers as hdr, metered
+from treg.call.relay import buffer_body
+from treg.call.types import split_query
+from treg.context import Services
+from treg.errors import BadRequest, TregError
+from treg.infra.upstream import UpstreamResponse
+from treg.results import Classifier
+
+if TYPE_CHECKING:
+    from treg.call.state import CallOutcome, CallState
+
+log = logging.getLogger(__name__)
+
+CONTROL = "x-treg-cache"
+CONTROLS = ("refresh", "bypass")
+#: the tiers whose answers the archive serves and stores (anonymous: free keyless calls, nothing to save)
+TIERS = ("platform", "team", "own")
+HIT, STORED, MISS = "hit", "stored", "miss"
+
+
+@dataclass(frozen=True)
+class ArchivePlan:
+    """What the archive does for this call, decided once before the relay."""
+
+    policy: ArchivePolicy
+    #: the entry's key (None: ``bypass``, nothing is looked up or stored)
+    key: str | None
+    #: the entry's org (None: ``scope: global``)
+    org_id: str | None
+    look: bool
+    keep: bool
+
+
+def classifier(svc: Services, state: "CallState") -> Classifier | None:
+    target = state.target
+    if target is None or target.catalog is None:
+        return None
+    return svc.result_classifiers.get(target.endpoint_id)
+
+
+def classifier_paths(svc: Services, endpoint_id: str | None) -> tuple[str, ...]:
+    """The paths a spooled answer must keep for the endpoint's classifier."""
+    c = svc.result_classifiers.get(endpoint_id)
+    return c.paths if c is not None else ()
+
+
+async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
+    target, ident = state.target, state.ident
+    assert target is not None and ident is not None
+    cat = target.catalog
+    policy = cat.endpoint.archive if cat is not None else None
+    if policy is None or target.credential_tier not in TIERS:
+        return None
+    raw = state.inp.header(CONTROL)
+    control = raw.strip().lower() if raw is not None else None
+    if control is not None and control not in CONTROLS:
+        raise BadRequest("X-Treg-Cache must be refresh (skip the archive's lookup, store the fresh answer) or "
+                         "bypass (neither)", code="invalid_cache_control")
+    endpoint_id = target.endpoint_id or ""
+    if not in_rollout(ident.org_id, endpoint_id, svc.settings.archive_rollout_pct):
+        return None  # not in the rollout: as if the row had no archive
+    org_id = ident.org_id if policy.scope == "org" else None
+    if control == "bypass":
+        return ArchivePlan(policy, None, org_id, look=False, keep=False)
+    inp = state.inp
+    body = inp.body
+    if body is not None and not isinstance(body, bytes):
+        # the key hashes the body: read it whole (bounded like any body treg must read), then relay it
+        body = await buffer_body(body, svc.settings.json_body_max_bytes)
+        state.inp = inp = replace(inp, body=body, content_length=len(body))
+    material = key_material(endpoint_id=endpoint_id, method=inp.method, query=split_query(inp.raw_query),
+                            body=body or b"", org_id=org_id, bindings=target.bindings)
+    return ArchivePlan(policy, archive_key(material), org_id, look=control != "refresh", keep=True)
+
+
+async def lookup(svc: Services, state: "CallState") -> "CallOutcome | None":
+    """The stored answer of this call, served (None: the call goes on to the vendor)."""
+    state.archive = plan = await _plan(svc, state)
+    if plan is None or not plan.look or plan.key is None:
+        return None
+    try:
+        entry = await store.lookup(svc, plan.key)
+    except TregError as exc:
+        log.warning("archive lookup failed for %s (%s); relayed instead", state.target.endpoint_id, exc.code)
+        return None
+    if entry is None:
+        return None
+    return await _hit_outcome(svc, state, plan, entry)
+
+
+def _cache_price(policy: ArchivePolicy, state: "CallState", answer: object) -> int:
+    if policy.cache_price == "free":
+        return 0
+    if policy.cache_price == "repeat":
+        return policy.repeat_price_micro
+    return catalog_stage.settle_amount(state.target, answer)  # full: what the call itself would settle at
+
+
+async def _hit_outcome(svc: Services, state: "CallState", plan: ArchivePlan, entry: store.Entry) -> "CallOutcome":
+    from treg.call.record import audit
+    from treg.call.state import CallOutcome
+
+    answer = await metered.answer_evidence(entry.body, ())
+    c = classifier(svc, state)
+    if c is not None:
+        state.result_state = c.classify(answer)
+    stored = ([("Content-Type", entry.content_type)] if entry.content_type else []) + [hdr.NOSNIFF, hdr.SANDBOX]
+    if state.claim is not None:
+        # stored for a replay before settling, as the settle stage does (a crash between leaves a free call)
+        await idempotency.complete(svc, state.claim, entry.status, stored, entry.body)
+        state.claim = None
+    if state.hold is not None:
+        await state.close_money(svc, settle_micro=_cache_price(plan.policy, state, answer))
+    state.cache_state = HIT
+    body = entry.body
+    headers = stored + [("Content-Length", str(len(body))), ("X-Treg-Cache", HIT),
+                        ("X-Treg-Cache-Age", str(entry.age_s))]
+    headers += list(catalog_stage.tier_headers(state.target, state.cost_micro).items())
+
+    async def gen() -> AsyncIterator[bytes]:
+        if body:
+            yield body
+
+    def finish(sent: int, error: BaseException | None) -> None:
+        if state.audited:
+            return
+        state.audited = True
+        outcome = "ok" if error is None else "cancelled"
+        audit(svc, state.record(outcome=outcome, status=entry.status, response_bytes=sent,
+                                request_bytes=state.inp.content_length))
+
+    return CallOutcome(status=entry.status, reason="", headers=headers, body=gen(), close=lambda: None,
+                       finish=finish, content_length=len(body), has_content_type=entry.content_type is not None,
+                       has_server=False, whole=body)
+
+
+def encodings_applied(resp: UpstreamResponse) -> bool:
+    for k, v in resp.headers:
+        if k.lower() == "content-encoding" and v.strip().lower() not in ("", "identity"):
+            return True
+    return False
+
+
+async def _keep(svc: Services, state: "CallState", plan: ArchivePlan, resp: UpstreamResponse, data: bytes,
+                verdict: str | None) -> None:
+    c = classifier(svc, state)
+    admitted = c is None or (verdict is not None and c.admits(verdict))
+    if not admitted or len(data) > svc.settings.archive_max_bytes or encodings_applied(resp) or plan.key is None:
+        state.cache_state = MISS
+        return
+    try:
+        await store.store(svc, key=plan.key, endpoint=state.target.endpoint_id or "", org_id=plan.org_id,
+                          status=resp.status, content_type=resp.header("content-type"), body=data,
+                          ttl_s=plan.policy.ttl_s)
+    except TregError as exc:
+        log.warning("archive store failed for %s (%s); the answer was relayed", state.target.endpoint_id, exc.code)
+        state.cache_state = MISS
+        return
+    state.cache_state = STORED
+
+
+async def observe(svc: Services, state: "CallState", resp: UpstreamResponse, data: bytes | None,
+                  answer: object) -> None:
+    """A metered answer read whole (settle stage): its ``result_state``, then the archive's store.
+    ``data``: the bytes as relayed (None: spooled, never stored); ``answer``: its decoded JSON evidence."""
+    ok = 200 <= resp.status < 300
+    c = classifier(svc, state)
+    verdict = None
+    if ok and c is not None:
+        state.result_state = verdict = c.classify(answer)
+    plan = state.archive
+    if plan is None:
+        return
+    if not ok or not plan.keep or data is None:
+        state.cache_state = MISS
+        return
+    await _keep(svc, state, plan, resp, data, verdict)
+
+
+async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResponse) -> AsyncIterator[bytes]:
+    """A streamed answer's body (settle stage). Untouched unless the archive may store it: then a 2xx
+    with identity encoding is read up to ``TREG_ARCHIVE_MAX_BYTES``; whole within it, it is classified
+    and stored before its headers go out; larger, every byte read is replayed before the rest streams."""
+    plan = state.archive
+    if plan is None:
+        return resp.body
+    limit = svc.settings.archive_max_bytes
+    declared = resp.header("content-length")
+    too_long = declared is not None and declared.strip().isdigit() and int(declared) > limit
+    if not (200 <= resp.status < 300) or not plan.keep or encodings_applied(resp) or too_long:
+        state.cache_state = MISS
+        return resp.body
+    if resp.whole is not None:
+        data: bytes | None = resp.whole
+        head: list[bytes] = [resp.whole]
+        rest = None
+    else:
+        head, size, rest = [], 0, resp.body
+        async for chunk in rest:
+            head.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                break
+        else:
+            rest = None
+        data = b"".join(head) if rest is None else None
+    if data is None:
+        state.cache_state = MISS
+    else:
+        c = classifier(svc, state)
+        verdict = None
+        if c is not None:
+            state.result_state = verdict = c.classify(await metered.answer_evidence(data, ()))
+        await _keep(svc, state, plan, resp, data, verdict)
+
+    async def replay() -> AsyncIterator[bytes]:
+        for chunk in head:
+            yield chunk
+        if rest is not None:
+            async for chunk in rest:
+                yield chunk
+
+    return replay()
+
+
+def answer_headers(state: "CallState") -> list[tuple[str, str]]:
+    """``X-Treg-Cache`` of an answer the archive took part in (none when it did not)."""
+    return [("X-Treg-Cache", state.cache_state)] if state.cache_state is not None else []
