@@ -20,7 +20,6 @@ the team's own answer. Where each part runs in :func:`treg.call.service.execute`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -43,6 +42,8 @@ log = logging.getLogger(__name__)
 
 PROBE_HEADER = "X-Treg-Capacity-Probe"
 SMOOTHED_HEADER = "X-Treg-Smoothed"
+#: the most app shutdown waits for the lock view's listener to stop
+STOP_TIMEOUT_S = 5.0
 #: the methods whose burst 429 is re-sent once (nothing they carry can be applied twice)
 _RESENDABLE = ("GET", "HEAD")
 
@@ -199,7 +200,10 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
         svc.metrics.capacity_locks.set_function(svc.lock_view.lock_count)
 
     async def close() -> None:
-        with contextlib.suppress(Exception):
-            await svc.lock_view.stop()
+        # bounded: a listener cancelled inside its connect must not hold up the app's shutdown
+        stopping = asyncio.ensure_future(svc.lock_view.stop())
+        await asyncio.wait({stopping}, timeout=STOP_TIMEOUT_S)
+        if stopping.done() and not stopping.cancelled() and stopping.exception() is not None:
+            log.warning("capacity lock view stopped with %r", stopping.exception())
 
     return close
