@@ -155,6 +155,9 @@ def test_record_fills_every_column_from_its_source():
                                    tool=SimpleNamespace(id="tool_1", name="t"))
     state.cost_micro, state.hold_state, state.ttfb_ms, state.kind = 7, "settled", 3, "async_poll"
     state.result_state, state.cache_state = "miss", "stored"
+    from treg.capacity.classify import Unrecorded
+
+    state.capacity_signal = Unrecorded(provider="api.example", endpoint="ep_1", status=418, word="quota")
     rec = state.record(outcome="upstream_error", status=418, refused_by="deny", error_code="e", blame="upstream",
                        request_bytes=11, response_bytes=22, error_request={"a": 1}, error_response={"b": 2},
                        failure_kind="fk")
@@ -168,7 +171,7 @@ def test_record_fills_every_column_from_its_source():
                    "tag": "tag-1", "request_bytes": 11, "response_bytes": 22, "ttfb_ms": 3,
                    "error_request": {"a": 1}, "error_response": {"b": 2}, "failure_kind": "fk",
                    "parent_call_id": "call_0", "result_state": "miss", "cache_state": "stored",
-                   "kind": "async_poll",
+                   "kind": "async_poll", "capacity_signal": "unrecorded",
                    "served_via": None}  # set only on an overflow attempt's row
     with pytest.raises(TypeError):
         state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused

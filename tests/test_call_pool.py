@@ -61,3 +61,41 @@ async def test_no_connection_held_during_upstream_io(aiohttp_client, aiohttp_ser
     assert not any(held for held, _ in boundary), "a sending task held a DB connection"
     assert svc.db.peak_in_use <= 2
     await client.close()
+
+
+async def test_no_connection_held_during_the_spacers_wait(aiohttp_client, make_app, tmp_path, monkeypatch):
+    """The platform tier's spacer waits after the hold is placed and before the send: 12 calls to a
+    provider allowing 10 per second, through a pool of TWO connections, are made to wait, and no
+    waiting task holds a connection (the hold's transaction has ended; the settle's has not begun)."""
+    from capacity_vendor import PLATFORM_KEYS, write_plugin
+
+    from treg import money
+    from treg.settings import SecretStr
+    from treg.testing import raw_upstream
+
+    calls = 12
+    async with raw_upstream() as up:
+        write_plugin(tmp_path / "plugins", up.url, spaced_limit=10)
+        client = await aiohttp_client(make_app(
+            plugins_dir=tmp_path / "plugins", ssrf_allow=("127.0.0.0/8",), db_pool_max=2, db_pool_min=1,
+            platform={k: SecretStr(v) for k, v in PLATFORM_KEYS.items()}))
+        svc = client.app[SERVICES]
+        org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+        await money.grant(svc, org_id=org["org_id"], amount_micro=100_000, actor="test")
+        gw = Gateway(client, org)
+
+        waits = []
+        real_sleep = svc.spacer.sleep
+
+        async def watched_sleep(seconds):
+            waits.append((seconds, asyncio.current_task() in svc.db.holders, svc.db.in_use))
+            await real_sleep(seconds)
+
+        monkeypatch.setattr(svc.spacer, "sleep", watched_sleep)
+        results = await asyncio.gather(*(gw.call("GET", "/catalog/call/spaced.get") for _ in range(calls)))
+        assert [r.status for r in results] == [200] * calls
+        assert [r.headers["X-Treg-Cost-Micro"] for r in results] == ["100"] * calls  # each hold was placed
+        assert len(waits) >= calls // 2 and max(s for s, _, _ in waits) >= 0.3, waits
+        assert not any(held for _, held, _ in waits), "a task held a DB connection while the spacer made it wait"
+        assert svc.db.peak_in_use <= 2
+        await client.close()

@@ -24,7 +24,7 @@ from treg.infra.db import Database
 from treg.keys import CLIENT, SERVICES, SETTINGS
 from treg.metrics import Metrics
 from treg.settings import Settings
-from treg.call import overflow_stage, runtime as call_runtime
+from treg.call import capacity_stage, overflow_stage, runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.archive import store as archive_store
 from treg.results import load_classifiers
@@ -38,8 +38,8 @@ log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, money_reaper.setup, tool_urls.setup,
-                               archive_store.setup, overflow_stage.setup)
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, money_reaper.setup,
+                               tool_urls.setup, archive_store.setup, overflow_stage.setup)
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
@@ -74,7 +74,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         app[SERVICES] = svc
         svc.metrics = metrics
         metrics.bind(svc.db)
-        # read by the pipeline once it is wired (docs/resilience.md "Not yet wired")
+        # the call pipeline classifies platform-tier answers with the signatures (treg/call/capacity_stage.py)
         svc.capacity_signatures = signatures
         svc.aggregators = aggregators
         svc.result_classifiers = classifiers

@@ -26,6 +26,7 @@ from treg.infra.ssrf import SsrfPolicy
 from treg.memo import BoundedMemo
 from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
+from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
 from treg.results import ClassifierRegistry
@@ -78,6 +79,12 @@ class Services:
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: OrgSecrets
+    #: the breaker's strikes and locks (treg.capacity.breaker), written after platform-tier answers
+    breaker: BreakerStore
+    #: this process's in-memory copy of the locks (LISTEN/NOTIFY-fed once the call runtime starts it)
+    lock_view: LockView
+    #: platform-tier call spacing per provider, in this process (treg.capacity.spacer)
+    spacer: Spacer
     #: the one shared upstream ClientSession (set by the app's cleanup context)
     client: "aiohttp.ClientSession | None" = None
     #: resolver used for SSRF checks (treg.infra.dns.VettingResolver), when running
@@ -101,9 +108,6 @@ class Services:
     aggregators: Mapping[str, Aggregator] = field(default_factory=dict)
     #: result classifiers by endpoint id (treg.results), collected once at startup
     result_classifiers: ClassifierRegistry = field(default_factory=ClassifierRegistry.empty)
-    #: the breaker's store and this process's view of its locks (treg.capacity.breaker); None: not running
-    breaker: "BreakerStore | None" = None
-    lock_view: "LockView | None" = None
     #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
     #: hosts, plain JSON exchanges, not the faithful upstream session
     aggregator_client: "aiohttp.ClientSession | None" = None

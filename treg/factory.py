@@ -16,6 +16,8 @@ import pluggy
 from treg import plugins
 from treg.bindings import Injector
 from treg.call.relay import OrgSecrets
+from treg.capacity.breaker import BreakerStore, LockView
+from treg.capacity.spacer import Spacer
 from treg.catalog.registry import CatalogRegistry
 from treg.context import Services
 from treg.infra import crypto
@@ -33,8 +35,12 @@ def build_services(settings: Settings, db: Database, *, pm: pluggy.PluginManager
     stops it first)."""
     if pm is None:
         pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins)
+    # the store refreshes the view after this process's own writes (its NOTIFY reaches the others)
+    lock_view = LockView(db, settings)
     return Services(settings=settings, db=db, box=box if box is not None else crypto.load_box(settings), pm=pm,
                     injectors=injectors if injectors is not None else plugins.collect_injectors(pm),
                     ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow),
                     platform_redactors=OrgSecrets({}),
+                    breaker=BreakerStore(db, settings, view=lock_view), lock_view=lock_view,
+                    spacer=Spacer(settings.smoothing_max_wait_ms),
                     catalog=catalog if catalog is not None else CatalogRegistry.empty())

@@ -103,7 +103,8 @@ class Metrics(Collector):
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        #: capacity locks held now and overflow decisions: declared for the capacity feature, 0 until it exists
+        #: capacity locks in force (read from the lock view when scraped, treg/call/capacity_stage.py) and
+        #: overflow decisions
         self.capacity_locks = Gauge("treg_capacity_locks", "Capacity locks held now", registry=r)
         self.overflow = Counter("treg_overflow", "Overflow decisions, by aggregator and result",
                                 ("aggregator", "result"), registry=r)

@@ -19,4 +19,7 @@
 
 A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
 child call each, and closes the holds their settle stages left open.
+
+Platform tier (``capacity_stage.py``): a locked key refused between 3 and 4, the spacer and the one
+burst re-send around 5's send, the breaker told about the answer in 6 once its hold is closed.
 """

@@ -33,16 +33,14 @@ from urllib.parse import unquote, unquote_plus
 from sqlalchemy import select
 
 from treg import idempotency, money
-from treg.call import catalog_stage, evidence
+from treg.call import capacity_stage, catalog_stage, evidence
 from treg.call.relay import buffer_body
 from treg.call.types import CallRecord, split_query
-from treg.capacity.classify import BODY_HEAD_BYTES, Signal, classify
+from treg.capacity.classify import Signal
 from treg.capacity.errors import ProviderCapacity
-from treg.catalog.alternatives import alternatives
 from treg.catalog.enforce import check_request
 from treg.catalog.ladder import load_org_credentials
 from treg.context import Services
-from treg.errors import TregError
 from treg.infra.schema import orgs
 from treg.overflow import aggregator as agg
 from treg.overflow.aggregator import OverflowInput, OverflowResult, OverflowRoute
@@ -138,6 +136,12 @@ def _statically_eligible(svc: Services, state: "CallState") -> bool:
             and state.inp.method.upper() not in _NEVER_METHODS)
 
 
+def may_overflow(svc: Services, state: "CallState") -> bool:
+    """Before reserve: a locked key's call that overflow may serve instead of the breaker's 503 (the
+    org's opt-out is read later, before any aggregator is contacted, and answers the same 503)."""
+    return _statically_eligible(svc, state)
+
+
 def _signal_overflows(signal: Any, status: int) -> bool:
     """``balance``/``quota`` (treg's account is out), or a burst 429 smoothing did not absorb."""
     if status in _NEVER_STATUSES or not isinstance(signal, Signal):
@@ -207,7 +211,7 @@ async def instead_of_direct(svc: Services, state: "CallState") -> "CallOutcome |
     t = state.target
     if t is None or t.catalog is None or not t.billed:
         return None
-    lock = await _lock_for(svc, state)
+    lock = state.capacity_lock  # found by the capacity stage from memory; None: not locked, or this is a probe
     if lock is None:
         if _statically_eligible(svc, state) and state.inp.body is not None and not isinstance(state.inp.body, bytes):
             await _keep_body(svc, state)  # after_direct may have to send it again, wrapped
@@ -234,8 +238,7 @@ async def after_direct(svc: Services, state: "CallState", resp: "UpstreamRespons
         return None
     t = state.target
     assert t is not None
-    signal = classify(svc.capacity_signatures, t.provider or "", t.endpoint_id, resp.status, resp.headers,
-                      data[:BODY_HEAD_BYTES])
+    signal = capacity_stage.classify_answer(svc, state, resp, data)
     if not _signal_overflows(signal, resp.status):
         return None
     plan = await _eligible(svc, state)
@@ -400,13 +403,6 @@ async def _served(svc: Services, state: "CallState", attempt: Attempt, result: O
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-async def _lock_for(svc: Services, state: "CallState") -> "Lock | None":
-    view = svc.lock_view
-    if view is None or state.target is None:
-        return None
-    return await view.lookup(state.target.provider or "", state.target.endpoint_id)
-
-
 async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None", *, signal: Signal | None = None,
                           refused: str | None = None) -> ProviderCapacity:
     """The 503 the caller gets when overflow could not serve a call treg's own account cannot."""
@@ -421,7 +417,7 @@ async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None"
     else:
         kind, resets = (signal.kind, signal.resets_at) if signal is not None else ("balance", None)
     exc = ProviderCapacity(provider=t.provider or endpoint.provider, endpoint=t.endpoint_id, kind=kind,
-                           resets_at=resets, alternatives=alternatives(svc.catalog, endpoint, svc.settings, creds),
+                           resets_at=resets, alternatives=capacity_stage.open_alternatives(svc, endpoint, creds),
                            overflow_refused=refused)
     exc.headers.update(catalog_stage.tier_headers(t))
     return exc
@@ -436,32 +432,16 @@ async def _keep_body(svc: Services, state: "CallState") -> None:
 
 
 async def setup(app: Any, svc: Services) -> Any:
-    """Component (treg.app.COMPONENTS): the breaker's store and this process's view of its locks, which
-    :func:`instead_of_direct` reads (left alone when another component already installed them)."""
+    """Component (treg.app.COMPONENTS): the session aggregator runs use (the breaker's store and lock view
+    are the capacity stage's, treg/call/capacity_stage.py)."""
     import aiohttp
-
-    from treg.capacity.breaker import BreakerStore, LockView
 
     # operator-configured hosts (not SSRF-vetted, like the database URL); no cookies, no proxy from the env
     session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
                                     timeout=aiohttp.ClientTimeout(total=None, connect=10))
     svc.aggregator_client = session
-    view = None
-    if svc.lock_view is None:
-        view = LockView(svc.db, svc.settings)
-        await view.start()
-        svc.lock_view = view
-    if svc.breaker is None:
-        svc.breaker = BreakerStore(svc.db, svc.settings, view=svc.lock_view)
 
     async def close() -> None:
-        if view is not None:
-            # bounded: LockView.stop awaits its listener task, which can stay stuck in aiopg (seen
-            # intermittently in tests/test_capacity_breaker.py on main too); shutdown must not wait on it
-            try:
-                await asyncio.wait_for(view.stop(), 5)
-            except asyncio.TimeoutError:
-                log.warning("capacity lock view did not stop within 5 s; shutting down without it")
         await session.close()
 
     return close

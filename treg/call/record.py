@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from treg import idempotency
-from treg.call import catalog_stage, evidence, headers as hdr
+from treg.call import capacity_stage, catalog_stage, evidence, headers as hdr
 from treg.call.target import mask_userinfo
 from treg.call.types import CallRecord
 from treg.context import Services
@@ -53,7 +53,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
-        kind or state.kind)
+        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
     return rec if state.overflow is None else state.overflow.retarget(rec)
 
@@ -87,6 +87,7 @@ def audit(svc: Services, rec: CallRecord) -> None:
         "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
         "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
         "result_state": rec.result_state, "cache_state": rec.cache_state, "kind": rec.kind,
+        "capacity_signal": rec.capacity_signal,
     }))
 
 
@@ -141,6 +142,7 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
             state.audited = True
             if isinstance(exc, TregError):
                 exc.headers.update(catalog_stage.tier_headers(state.target))
+                exc.headers.update(capacity_stage.answer_headers(state))
                 audit(svc, _failure_record(state, exc))
             elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
                 # the edge logs it with its traceback and answers 500 internal_error

@@ -16,7 +16,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any, AsyncIterable
 
 from multidict import CIMultiDict
-from sqlalchemy import and_, select
+from sqlalchemy import select
 
 from treg.bindings import Binding, OutgoingRequest
 from treg.call import headers as hdr

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import (archive, catalog_stage, encodings, evidence, headers as hdr, jobs, metered, overflow_stage,
-                       redirects, resources)
+from treg.call import (archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs,
+                       metered, overflow_stage, redirects, resources)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -60,7 +60,10 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
             answer = await metered.answer_evidence(data, resp.headers) if ok else None
             if not ok and (overflowed := await overflow_stage.after_direct(svc, state, resp, data)) is not None:
-                return overflowed  # treg's account is out: served through an aggregator
+                # treg's account is out: served through an aggregator; the direct hold is released, so
+                # the breaker learns from the direct answer now (its strike locks the key for the next)
+                await capacity_stage.after_answer(svc, state, resp, data)
+                return overflowed
         await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
         relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
         if state.claim is not None:
@@ -87,6 +90,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     out_headers.append(("Content-Length", str(length)))
     out_headers += list(catalog_stage.tier_headers(target, state.cost_micro, cost=not jobs.deferred(state)).items())
     out_headers += archive.answer_headers(state)
+    out_headers += await capacity_stage.after_answer(svc, state, resp, data)  # the money is closed by now
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 
     async def body() -> AsyncIterator[bytes]:
@@ -125,6 +129,7 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
     if state.target is not None and state.target.catalog is not None:
         out_headers += list(catalog_stage.tier_headers(state.target).items())
     out_headers += archive.answer_headers(state)
+    out_headers += await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
     index = resp.index
     cl = index.get("content-length")
     return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),

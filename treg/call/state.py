@@ -14,6 +14,8 @@ from treg.call import evidence
 from treg.call.record import call_record, request_evidence
 from treg.call.relay import PreparedRequest
 from treg.call.types import CallInput, ResolvedTarget
+from treg.capacity.breaker import Lock
+from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.infra.upstream import UpstreamResponse
 from treg.tenancy import Identity
@@ -70,6 +72,13 @@ class CallState:
     job: Any = None
     #: the overflow attempt (treg/call/overflow_stage.py ``Attempt``), once one started
     overflow: Any = None
+    #: platform tier (treg/call/capacity_stage.py): the final answer's classification, the lock this
+    #: call probes, and the smoothing applied (``X-Treg-Smoothed`` parts)
+    capacity_signal: Signal | Unrecorded | None = None
+    capacity_probe: Lock | None = None
+    #: a lock covering this call that overflow may serve around (the reserve stage skips the direct attempt)
+    capacity_lock: Lock | None = None
+    smoothed: tuple[str, ...] = ()
 
     #: the audit row (treg/call/record.py)
     record = call_record

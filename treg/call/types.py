@@ -176,5 +176,8 @@ class CallRecord(NamedTuple):
     result_state: str | None = None
     cache_state: str | None = None
     kind: str | None = None
+    #: the platform-tier answer's capacity classification (balance, quota, burst, edge_block, unrecorded):
+    #: rides the ``tool_called`` event; not a column (the audit writer stores only the table's columns)
+    capacity_signal: str | None = None
     #: ``overflow:<aggregator>`` on an overflow attempt's row (treg/call/overflow_stage.py)
     served_via: str | None = None

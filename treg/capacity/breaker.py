@@ -305,6 +305,11 @@ class LockView:
     def has_strike(self, key: str) -> bool:
         return key in self._strikes
 
+    def lock_count(self) -> int:
+        """Locks in force now, as last loaded (the ``treg_capacity_locks`` gauge: no query per scrape)."""
+        now = self.clock()
+        return sum(1 for lock in self._locks.values() if lock.until > now)
+
     def take_probe(self, lock: Lock) -> bool:
         """Whether this call may go through as the lock's probe (one per key per interval, per process)."""
         now = self.monotonic()
