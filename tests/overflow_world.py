@@ -170,13 +170,19 @@ class World:
         async with self.svc.db.tx() as tx:
             return {r["mark"] for r in await tx.fetch_all("SELECT mark FROM overflow_health WHERE until > now()")}
 
-    async def lock(self, kind: str = "balance") -> None:
-        """Two strikes (the gap is 0 in these apps): the provider's key is locked."""
+    async def lock(self, kind: str = "balance", *, probe_spent: bool = True) -> None:
+        """Two strikes (the gap is 0 in these apps): the provider's key is locked; ``probe_spent``: and
+        this process's probe slot taken, as after the lock's first call (which goes to the vendor)."""
         breaker = self.svc.breaker
         await breaker.strike(kind, "acme", "acme.items.get")
         await asyncio.sleep(0.01)
         out = await breaker.strike(kind, "acme", "acme.items.get")
-        assert out.outcome == "locked", out
+        # a direct answer of the test may have struck already (the breaker runs on every call)
+        assert out.outcome in ("locked", "already_locked"), out
+        lock = await self.svc.lock_view.lookup("acme", "acme.items.get")
+        assert lock is not None
+        if probe_spent:
+            self.svc.lock_view.take_probe(lock)  # False when an earlier call of the test was the probe
 
 
 def settings_for(vendor: Fake, orth: Fake, monid: Fake, **over: Any) -> dict[str, Any]:

@@ -232,6 +232,19 @@ async def test_an_idempotent_retry_replays_the_overflow_answer(world):
 
 
 # -- a locked key: the direct attempt is skipped ----------------------------------------------------
+async def test_a_locked_keys_probe_still_goes_to_the_vendor_and_then_overflows(world):
+    """The breaker's probe and overflow together: the lock's first call in this process is its probe
+    (the vendor is asked: only a 2xx clears the lock); still out, so that caller is served through the
+    aggregator. The next call skips the direct attempt."""
+    await world.lock(probe_spent=False)
+    r, body = await world.call()
+    assert r.status == 200 and r.headers["X-Treg-Capacity-Probe"] == "1"
+    assert r.headers["X-Treg-Served-Via"] == "overflow:orthogonal" and len(world.vendor.seen) == 1
+    r, body = await world.call()
+    assert r.status == 200 and "X-Treg-Capacity-Probe" not in r.headers
+    assert r.headers["X-Treg-Served-Via"] == "overflow:orthogonal" and len(world.vendor.seen) == 1
+
+
 async def test_a_locked_key_skips_the_direct_attempt(world):
     await world.lock()
     r, body = await world.call()
@@ -261,10 +274,12 @@ async def test_a_locked_key_and_a_refusing_aggregator(world):
 
 async def test_a_locked_key_without_overflow_is_503_with_alternatives(world):
     await world.gw.api("PATCH", "/api/v1/org", json={"platform_overflow": False}, expect=200)
-    await world.lock("balance")
+    # a quota lock covers its endpoint only: the sibling stays an alternative (a balance lock covers the
+    # whole provider, and an alternative the same lock would refuse is left out)
+    await world.lock("quota")
     r, _ = await world.call()
     err = await r.json()
-    assert r.status == 503 and err["error"] == "provider_capacity" and err["kind"] == "balance"
+    assert r.status == 503 and err["error"] == "provider_capacity" and err["kind"] == "quota"
     assert [a["id"] for a in err["alternatives"]] == ["acme.items.other"]
     assert world.vendor.seen == [] and world.orth.seen == [] and await world.holds() == {}
 

@@ -62,7 +62,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             if not ok and (overflowed := await overflow_stage.after_direct(svc, state, resp, data)) is not None:
                 # treg's account is out: served through an aggregator; the direct hold is released, so
                 # the breaker learns from the direct answer now (its strike locks the key for the next)
-                await capacity_stage.after_answer(svc, state, resp, data)
+                overflowed.headers += await capacity_stage.after_answer(svc, state, resp, data)
                 return overflowed
         await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
         relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
