@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg.capacity.breaker import BreakerStore
 from treg.tenancy import require_manager
 from treg.web.api import identify
 from treg.web.jsonio import json_response
@@ -16,5 +15,5 @@ routes = web.RouteTableDef()
 async def get_capacity(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
     require_manager(ident)
-    locks = await BreakerStore(svc.db, svc.settings).locks()
+    locks = await svc.breaker.locks()
     return json_response({"locks": [{k: v for k, v in lock.items() if k != "locked"} for lock in locks]})

@@ -10,7 +10,6 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg.capacity.breaker import BreakerStore
 from treg import calls, deny_rules, money, secrets_store, tenancy, tools, ui_sessions
 from treg.catalog import ladder
 from treg.catalog.alternatives import alternatives
@@ -399,7 +398,7 @@ async def catalog(p: Page) -> web.StreamResponse:
 @page
 async def capacity(p: Page) -> web.StreamResponse:
     # the same locks GET /api/v1/capacity lists, and like it for owners and admins only
-    locks = await BreakerStore(p.svc.db, p.svc.settings).locks() if p.ident.is_manager else None
+    locks = await p.svc.breaker.locks() if p.ident.is_manager else None
     return p.render("capacity.html", "capacity", locks=locks)
 
 
