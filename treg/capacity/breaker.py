@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 CHANNEL = "treg_capacity"
 #: while the listener is down the view reloads at least this often (the contract's 2 s)
 _DISCONNECTED_REFRESH_S = 1.0
+#: the most stop() waits for the listener to end
+STOP_TIMEOUT_S = 5.0
 
 Clock = Callable[[], datetime]
 
@@ -221,6 +223,7 @@ class LockView:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._refreshing: asyncio.Task[None] | None = None
+        self._conn: Any = None  # the listener's connection, closed by stop()
         self.connected = asyncio.Event()
         #: how many times the view read the database (tests: a check on an unlocked provider adds none)
         self.loads = 0
@@ -233,18 +236,31 @@ class LockView:
             await asyncio.wait_for(self.connected.wait(), 5)
 
     async def stop(self) -> None:
+        """Stop listening, bounded. The connection is closed first: that ends aiopg's ``notifies.get()``
+        with an error, where a cancellation alone was seen to leave the task "cancelling" for good
+        (aiopg 1.4's ``ClosableQueue.get`` inside ``asyncio.wait``), hanging the app's shutdown."""
         self._stopping = True
-        for task in (self._task, self._refreshing):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        if self._conn is not None:
+            self._conn.close()
+        tasks = [t for t in (self._task, self._refreshing) if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+            if pending:
+                log.warning("capacity listener did not stop within %.0f s; left to the event loop", STOP_TIMEOUT_S)
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: an error on the way out is not "never retrieved"
 
     async def _listen(self) -> None:
         backoff = 0.2
         while not self._stopping:
             try:
                 async with aiopg.connect(self.db.dsn) as conn:
+                    self._conn = conn
+                    if self._stopping:
+                        break
                     async with conn.cursor() as cur:
                         await cur.execute(f"LISTEN {CHANNEL}")
                     self.connected.set()
@@ -258,12 +274,18 @@ class LockView:
             except asyncio.CancelledError:
                 raise
             except (psycopg2.Error, OSError) as exc:
+                if self._stopping:
+                    break  # stop() closed the connection
                 log.warning("capacity listener lost its connection (%s); locks reloaded every %.0f s until it is "
                             "back", type(exc).__name__, _DISCONNECTED_REFRESH_S)
             except Exception:
                 log.exception("capacity listener failed; locks reloaded every %.0f s until it is back",
                               _DISCONNECTED_REFRESH_S)
+            finally:
+                self._conn = None
             self.connected.clear()
+            if self._stopping:
+                break
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
