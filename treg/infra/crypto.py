@@ -139,6 +139,26 @@ def previous_file(settings: Settings) -> Path:
     return settings.home / "secret.key.previous"
 
 
+def _create_key_file(path: Path) -> None:
+    """Write a new key to ``path`` once, whole: written to a temporary file first and linked into
+    place (a link fails when the name exists), so two treg processes starting together on one fresh
+    ``TREG_HOME`` both end up with the same key, and neither reads a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(new_key_text() + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: its key is the key
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def load_box(settings: Settings, *, create: bool = True) -> SecretBox:
     """The master key from TREG_SECRET_KEY, else from ``$TREG_HOME/secret.key`` (created 0600 once).
 
@@ -152,10 +172,7 @@ def load_box(settings: Settings, *, create: bool = True) -> SecretBox:
         if not path.exists() and not create:
             raise ConfigError(f"the key file {path} is missing", code="bad_secret_key")
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(new_key_text() + "\n")
+            _create_key_file(path)
         current = decode_key(path.read_text())
     previous_path = previous_file(settings)
     previous: tuple[bytes, ...] = ()
