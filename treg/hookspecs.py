@@ -155,7 +155,8 @@ def treg_spool_evidence_paths(endpoint: "Any") -> "Sequence[str] | None":
 
 @spec(CONTAINED)
 def treg_event(event: "Event") -> None:
-    """Called for every product event (``tool_called`` once per call attempt, …), after the fact.
+    """Called for every product event (``tool_called`` once per call, for its final answer: an
+    overflowed call's two attempts are two audit rows and one event), after the fact.
 
     ``event.name`` says what happened and ``event.props`` carries outcome, status, timing and
     tool/provider identity, never parameters, bodies or secrets. Returns nothing: the return value
