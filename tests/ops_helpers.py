@@ -131,3 +131,21 @@ def empty_database(base: str) -> Iterator[str]:
         with conn.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.close()
+
+
+async def stop_all(*served: "Served") -> list[int]:
+    """SIGTERM every served treg at once (each ``stop`` waits for its exit), then make sure none is left;
+    the exit codes, in order. Call it in ``finally`` and check with :func:`assert_clean_exits` after."""
+    import asyncio
+
+    codes = await asyncio.gather(*(asyncio.to_thread(s.stop) for s in served))
+    for s in served:
+        s.kill()
+    return list(codes)
+
+
+def assert_clean_exits(codes: list[int], *served: "Served") -> None:
+    """Every process exited 0 and logged no traceback."""
+    assert codes == [0] * len(served), [s.log.read_text() for s in served]
+    for s in served:
+        assert "Traceback" not in s.log.read_text()

@@ -11,7 +11,7 @@ import time
 
 import aiohttp
 from capacity_vendor import PLATFORM_KEYS, ok, out_of_credits, write_plugin
-from ops_helpers import Served, run_treg, treg_env
+from ops_helpers import Served, assert_clean_exits, run_treg, stop_all, treg_env
 from test_two_processes import PROPAGATION_S, Api, within
 
 from treg import testing
@@ -75,9 +75,5 @@ async def test_two_processes_agree_on_a_lock_within_2s(dsn, settings, tmp_path):
                 status, _, headers = await B.req("GET", ITEMS, token)
                 assert status == 402 and "X-Treg-Capacity-Probe" not in headers  # an ordinary call again
         finally:
-            codes = await asyncio.gather(asyncio.to_thread(a.stop), asyncio.to_thread(b.stop))
-            a.kill()
-            b.kill()
-    assert codes == [0, 0], (a.log.read_text(), b.log.read_text())
-    for served in (a, b):
-        assert "Traceback" not in served.log.read_text()
+            codes = await stop_all(a, b)
+    assert_clean_exits(codes, a, b)

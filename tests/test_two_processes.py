@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 import psycopg2
-from ops_helpers import Served, run_treg, treg_env
+from ops_helpers import Served, assert_clean_exits, run_treg, stop_all, treg_env
 from sqlalchemy import text, update
 from test_money_helpers import check_books, open_services
 
@@ -115,12 +115,8 @@ async def test_two_processes_on_one_database(dsn, settings, tmp_path):
                 await _money_exact(A, B, bank, dsn)
             await _reaped_once(dsn, orphan_org, orphan_ids)
         finally:
-            codes = await asyncio.gather(asyncio.to_thread(a.stop), asyncio.to_thread(b.stop))
-            a.kill()
-            b.kill()
-    assert codes == [0, 0], (a.log.read_text(), b.log.read_text())
-    for served in (a, b):
-        assert "Traceback" not in served.log.read_text()
+            codes = await stop_all(a, b)
+    assert_clean_exits(codes, a, b)
 
 
 async def _changes_propagate(A: Api, B: Api, org: dict[str, Any], up: Any) -> None:
