@@ -13,12 +13,19 @@ or re-verify it, then update this file. What treg relies on, and where:
   by ``prepare``, after aiohttp's own defaults), edits ``self._headers`` (the same object as
   ``headers``) and sets ``_send_headers_immediately = False`` to send a small answer's headers with its
   body; catches ``aiohttp.http_exceptions.HttpProcessingError``.
+* ``treg/infra/read_deadlines.py`` ``DeadlineHandler(ResponseHandler)``: overrides ``_reschedule_timeout`` and
+  ``_drop_timeout`` (the only places aiohttp arms or cancels ``_read_timeout_handle``), reads
+  ``_read_timeout`` and ``_loop``, and calls ``_on_read_timeout``; ``DeadlineConnector(TCPConnector)`` replaces
+  ``self._factory`` (a ``functools.partial(ResponseHandler, loop=...)``) after ``__init__`` and overrides
+  ``async close(*, abort_ssl=False)``.
 * ``treg/web/access_log.py`` ``AccessLogger(AbstractAccessLogger)``: ``__init__(logger, log_format)`` and
   ``log(request, response, time)``; ``AppRunner(..., handler_cancellation=True)`` reaches ``web.Server``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import re
 import tomllib
@@ -32,6 +39,7 @@ from aiohttp.client_reqrep import ClientRequest
 from multidict import CIMultiDict
 from yarl import URL
 
+from treg.infra.read_deadlines import DeadlineConnector, DeadlineHandler
 from treg.infra.upstream import FaithfulRequest
 from treg.web.call import RelayResponse
 
@@ -140,3 +148,48 @@ def test_access_logger(method: str, expected: list[str]):
 def test_server_takes_handler_cancellation():
     check("handler_cancellation" in inspect.signature(web.Server.__init__).parameters,
           "web.Server(handler_cancellation=...)", "treg/app.py make_runner")
+
+
+DEADLINES = "treg/infra/read_deadlines.py DeadlineHandler"
+
+
+def test_response_handler_read_timeout_internals():
+    from aiohttp import client_proto, client_reqrep
+    from aiohttp.client_proto import ResponseHandler
+
+    for name in ("_reschedule_timeout", "_drop_timeout", "_on_read_timeout", "start_timeout"):
+        check(callable(getattr(ResponseHandler, name, None)) and params(getattr(ResponseHandler, name)) ==
+              [("self", EMPTY)], f"ResponseHandler.{name}(self)", DEADLINES)
+        if name in ("_reschedule_timeout", "_drop_timeout"):
+            assert name in DeadlineHandler.__dict__, name  # a rename on treg's side: aiohttp's timers again
+    source = inspect.getsource(client_proto)
+    # the timer lives only in the two methods treg overrides (and __init__): nothing else arms one
+    arming = [m.start() for m in re.finditer(r"_read_timeout_handle\s*=\s*self\._loop\.call", source)]
+    check(len(arming) == 1 and "def _reschedule_timeout" in source[max(0, arming[0] - 400):arming[0]],
+          "ResponseHandler arming its read timer only in _reschedule_timeout", DEADLINES)
+    check("self._reschedule_timeout()" in inspect.getsource(ResponseHandler.data_received)
+          and "self._reschedule_timeout()" in inspect.getsource(ResponseHandler.start_timeout),
+          "ResponseHandler moving the read timeout on data and on start_timeout", DEADLINES)
+    check("set_exception" in inspect.getsource(ResponseHandler._on_read_timeout),
+          "ResponseHandler._on_read_timeout setting the timeout error", DEADLINES)
+    check("protocol.start_timeout()" in inspect.getsource(client_reqrep),
+          "ClientRequest starting the read timeout when the request is sent", DEADLINES)
+    proto = ResponseHandler(asyncio.new_event_loop())
+    check(proto._read_timeout is None and proto._read_timeout_handle is None and hasattr(proto, "_loop"),
+          "ResponseHandler._read_timeout, _read_timeout_handle, _loop", DEADLINES)
+    proto._loop.close()
+
+
+async def test_tcp_connector_factory_and_close():
+    from aiohttp.client_proto import ResponseHandler
+
+    connector = aiohttp.TCPConnector()
+    factory = connector._factory
+    check(isinstance(factory, functools.partial) and factory.func is ResponseHandler
+          and set(factory.keywords) == {"loop"}, "TCPConnector._factory = partial(ResponseHandler, loop=...)",
+          "treg/infra/read_deadlines.py DeadlineConnector")
+    await connector.close()
+    check(inspect.iscoroutinefunction(aiohttp.TCPConnector.close)
+          and params(aiohttp.TCPConnector.close) == [("self", EMPTY), ("abort_ssl", False)],
+          "async TCPConnector.close(self, *, abort_ssl=False)", "treg/infra/read_deadlines.py DeadlineConnector")
+    assert "close" in DeadlineConnector.__dict__

@@ -20,6 +20,7 @@ from yarl import URL
 
 from treg.errors import BadRequest, GatewayFailed, TregError
 from treg.frozen import frozen_value
+from treg.infra.read_deadlines import DeadlineConnector
 from treg.memo import memoized
 from treg.settings import Settings
 
@@ -61,8 +62,10 @@ class FaithfulRequest(ClientRequest):
 
 
 def create_session(settings: Settings, resolver: aiohttp.abc.AbstractResolver | None = None) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=settings.upstream_pool_size, limit_per_host=0, resolver=resolver,
-                                     use_dns_cache=False, enable_cleanup_closed=True, keepalive_timeout=30)
+    # the read timeout (sock_read below) is kept by one ticker, not a loop timer per read (read_deadlines.py)
+    connector = DeadlineConnector(read_timeout_s=settings.upstream_read_timeout_s,
+                                  limit=settings.upstream_pool_size, limit_per_host=0, resolver=resolver,
+                                  use_dns_cache=False, enable_cleanup_closed=True, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=None, connect=settings.upstream_connect_timeout_s,
                                     sock_read=settings.upstream_read_timeout_s)
     return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False,
