@@ -21,7 +21,7 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
             "--warmup", "5", "--concurrency", "1,4", "--rounds", "1", "--time-cap", "60",
             "--stream-mib", "2", "--stream-timeout", "120", "--stream-rounds", "1",
             "--slow-streams", "20", "--slow-events", "5", "--slow-short-cap", "10",
-            "--archive-calls", "20", "--archive-vendor-ms", "20", "--quiet"]
+            "--archive-calls", "20", "--archive-vendor-ms", "20", "--platform-requests", "50", "--quiet"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -67,11 +67,28 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     assert arch["vendor_lookups_during_hits"] == 0 and arch["hit_states"] == {"hit": 20}
     assert arch["vendor_p50_ms"] >= 20 and arch["hit_p50_ms"] > 0
 
+    # the platform case: the same catalog call through treg and through treg without issue 11's call-path
+    # stages, at each concurrency; every call held and settled once, the org charged exactly those calls
+    plat = result["platform"]
+    prow = {(f["target"], f["concurrency"]): f for f in plat["throughput"]}
+    assert set(prow) == {(t, c) for t in ("treg", "treg-without") for c in (1, 4)}
+    for f in prow.values():
+        assert f["requests"] == 50 and f["errors"] == 0 and f["statuses"] == {"200": 50}
+        assert f["db_transactions_per_call"] is not None and f["db_transactions_per_call"] > 0
+    for c in (1, 4):
+        assert isinstance(plat["ratios"][f"cpu_per_call_with_over_without_c{c}"], float)
+        assert isinstance(plat["ratios"][f"db_transactions_per_call_with_minus_without_c{c}"], float)
+    money = plat["money"]
+    assert money["ok"] is True and money["holds_open"] == 0 and money["holds_released"] == 0
+    assert money["settled_holds_micro"] == money["balance_settled_micro"] == money["holds_settled"] * plat["price_micro"]
+    assert result["targets_met"]["platform_money_exact"] is True
+
     # auditing was on: a clean shutdown wrote one row per call treg relayed (warm-ups included)
     assert result["audit"]["calls_recorded"] == result["audit"]["calls_sent_to_treg"] > 0
 
     # the human-readable table came first, with every target and the ratios
     text = "\n".join(lines[:-1])
     for word in ("direct", "baseline", "treg", "req/s", "p50 ms", "p99 ms", "rps_treg_over_baseline_c4",
-                 "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:", "archive hits"):
+                 "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:", "archive hits", "platform tier",
+                 "treg-without"):
         assert word in text

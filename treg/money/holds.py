@@ -27,7 +27,7 @@ from treg.context import Services
 from treg.errors import Conflict, IntegrityError
 from treg.infra.db import Tx
 from treg.infra.schema import holds, money_daily, org_balances, tag_budgets
-from treg.money.ledger import ORG_SCOPE, check_amount, lock_account
+from treg.money.ledger import add_daily_held, check_amount, in_scopes, lock_account, scopes_of
 from treg.money.limits import check_hold, check_tag
 
 HELD, SETTLED, RELEASED = "held", "settled", "released"
@@ -70,12 +70,7 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
                 state=HELD, expires_at=func.now() + text(f"interval '{int(svc.settings.hold_ttl_s)} seconds'"))
                 .returning(holds.c.expires_at))
             assert row is not None
-            scopes = [ORG_SCOPE] + ([member_id] if member_id else [])
-            stmt = pg_insert(money_daily).values([{"org_id": org_id, "day": day, "scope": s, "held_micro": amount}
-                                                  for s in scopes])
-            await tx.execute(stmt.on_conflict_do_update(
-                index_elements=[money_daily.c.org_id, money_daily.c.day, money_daily.c.scope],
-                set_={"held_micro": money_daily.c.held_micro + stmt.excluded.held_micro}))
+            await tx.execute(add_daily_held(org_id, day, scopes_of(member_id), amount))
             if tag is not None:
                 tstmt = pg_insert(tag_budgets).values(org_id=org_id, tag=tag, held_micro=amount)
                 await tx.execute(tstmt.on_conflict_do_update(
@@ -108,9 +103,8 @@ async def _close(tx: Tx, call_id: str, state: str, observed: int) -> dict[str, A
     await tx.execute(update(org_balances).where(org_balances.c.org_id == org_id).values(
         held_micro=org_balances.c.held_micro - amount, settled_micro=org_balances.c.settled_micro + charged,
         updated_at=func.now()))
-    scopes = [ORG_SCOPE] + ([closed["member_id"]] if closed["member_id"] else [])
     await tx.execute(update(money_daily).where(and_(
-        money_daily.c.org_id == org_id, money_daily.c.day == closed["day"], money_daily.c.scope.in_(scopes)))
+        money_daily.c.org_id == org_id, money_daily.c.day == closed["day"], in_scopes(scopes_of(closed["member_id"]))))
         .values(held_micro=money_daily.c.held_micro - amount, spent_micro=money_daily.c.spent_micro + charged))
     if closed["tag"] is not None:
         await tx.execute(update(tag_budgets).where(and_(tag_budgets.c.org_id == org_id,

@@ -24,7 +24,7 @@ from treg.context import Services
 from treg.errors import BadRequest, NotFound, PaymentRequired
 from treg.infra.db import Tx
 from treg.infra.schema import member_caps, members, money_daily, org_balances, tag_budgets
-from treg.money.ledger import ORG_SCOPE, TODAY, lock_account
+from treg.money.ledger import ORG_SCOPE, TODAY, in_scopes, lock_account, scopes_of
 from treg.tenancy import Identity, require_manager
 
 # A tag is a short label: visible ASCII without spaces (it travels in a header and in URLs).
@@ -63,10 +63,9 @@ async def check_hold(tx: Tx, account: dict[str, Any], *, member_id: str | None, 
         raise refusal("insufficient_balance", "balance", amount, available,
                       f"this call may cost up to {amount} micro-USD but the org has {max(0, available)} available; "
                       "ask the operator for credits (treg credits grant)")
-    scopes = [ORG_SCOPE] + ([member_id] if member_id else [])
     rows = await tx.fetch_all(select(money_daily.c.scope, money_daily.c.spent_micro, money_daily.c.held_micro)
                               .where(and_(money_daily.c.org_id == org_id, money_daily.c.day == day,
-                                          money_daily.c.scope.in_(scopes))))
+                                          in_scopes(scopes_of(member_id)))))
     used = {r["scope"]: r["spent_micro"] + r["held_micro"] for r in rows}
     cap = account["daily_cap_micro"]
     if cap is not None and used.get(ORG_SCOPE, 0) + amount > cap:
