@@ -77,8 +77,6 @@ class Server:
 
 async def start_helper(kind: str, upstream: str | None = None) -> Server:
     args = [sys.executable, "-m", "bench", "--serve", kind]
-    if kind == "baseline" and os.environ.get("SCRATCH_BASE_WRAP"):
-        args = [sys.executable, os.environ["SCRATCH_BASE_WRAP"], "--baseline"]
     if upstream:
         args += ["--upstream", upstream]
     # ``bench`` is not installed: the helper finds it where this process found it, whatever its cwd
