@@ -1,0 +1,178 @@
+"""``python -m bench.instructions``: instructions per call of treg and of the bare relay, counted by valgrind.
+
+The throughput figures of ``python -m bench`` move ±15 % from round to round on a shared machine (other
+load, the CPU's clock); this instrument does not: it runs the bare relay (bench/servers.py
+``baseline_app``) and ``treg serve`` each under callgrind (``--instr-atstart=no``: startup runs
+uninstrumented), warms each up with ``--warmup`` calls at concurrency 32, then counts the instructions
+(Ir) the process executes for ``--calls`` calls (``callgrind_control -i on``, the calls, a dump) and
+divides. Same upstream, same load generator, same call as the benchmark's tail part
+(``GET /call/bench/small``, a header binding, auditing and the access log on). The ratio of the two is
+treg's cost per call against the bare relay's, repeatable to about ±0.5 % (docs/performance.md, round
+6). It leaves out what instructions cannot show: system calls' time in the kernel and the CPU's cache
+misses (round 3), so it complements the benchmark's CPU figures, never replaces them.
+
+Needs ``valgrind`` (Debian: ``apt-get install valgrind``). Bounded: every wait has a deadline, the load
+is a fixed number of calls, everything runs on 127.0.0.1 and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.load import Budget, Sample, raw_load
+from bench.procs import free_port, run_cli, start_helper
+from bench.through_treg import setup_treg_data
+
+CALLGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no"]
+#: the longest a process may take to start under valgrind
+START_S = 300.0
+BASELINE = '''
+import asyncio, signal, sys
+from aiohttp import web
+from bench.servers import baseline_app
+
+async def main() -> None:
+    runner = web.AppRunner(baseline_app(sys.argv[1]), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", int(sys.argv[2])).start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+asyncio.run(main())
+'''
+
+
+def total_ir(dump: Path) -> int:
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no instruction total in {dump}")
+
+
+async def wait_http(port: int, path: str, proc: subprocess.Popen[bytes]) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + START_S
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the process exited ({proc.returncode}) before it served")
+            with contextlib.suppress(aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                async with s.get(f"http://127.0.0.1:{port}{path}") as r:
+                    await r.read()
+                    return
+            await asyncio.sleep(0.5)
+    raise RuntimeError(f"nothing served on port {port} within {START_S:.0f} s")
+
+
+async def count(proc: subprocess.Popen[bytes], port: int, request: bytes, outdir: Path, *, warmup: int,
+                calls: int) -> dict[str, Any]:
+    """Instructions of ``proc`` per call for ``calls`` calls at concurrency 32, after ``warmup`` calls."""
+    warm = Sample()
+    await raw_load(port, request, 32, Budget(warmup, START_S), warm)
+    subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True, timeout=60)
+    sample = Sample()
+    await raw_load(port, request, 32, Budget(calls, START_S), sample)
+    await asyncio.sleep(0.5)  # treg's audit writer writes these calls' batch (a part of their cost)
+    subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True, capture_output=True, timeout=120)
+    subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True, capture_output=True, timeout=60)
+    dumps = sorted(outdir.glob(f"cg.{proc.pid}.*"), key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError("callgrind wrote no dump")
+    done = len(sample.latencies)
+    return {"calls": done, "errors": sample.errors, "statuses": {str(k): v for k, v in sample.statuses.items()},
+            "ir_per_call": round(total_ir(dumps[-1]) / done) if done else None}
+
+
+async def measure(opts: argparse.Namespace) -> dict[str, Any]:
+    from treg.infra import embedded_pg
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("bench.instructions needs valgrind (Debian: apt-get install valgrind)")
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="treg-bench-ir-") as tmp_name:
+        tmp = Path(tmp_name)
+        outdir = tmp / "callgrind"
+        outdir.mkdir()
+        server = embedded_pg.start(tmp / "pg")
+        up = None
+        try:
+            dsn = server.ensure_database()
+            up = await start_helper("upstream")
+            upstream = f"http://127.0.0.1:{up.port}"
+            bench_root = str(Path(__file__).resolve().parent.parent)
+            env_base = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [bench_root,
+                                                                                 os.environ.get("PYTHONPATH")])))
+            (tmp / "baseline.py").write_text(BASELINE)
+            bport = free_port()
+            base = subprocess.Popen([*CALLGRIND, f"--callgrind-out-file={outdir}/cg.%p", sys.executable,
+                                     str(tmp / "baseline.py"), upstream, str(bport)], env=env_base,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(base)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
+            tport = free_port()
+            env.update(TREG_HOME=str(tmp / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
+                       TREG_HOST="127.0.0.1", TREG_PORT=str(tport), TREG_LOG_LEVEL="INFO")
+            org = json.loads(await run_cli(env, "init", "--org", "bench-ir", "--email", "ir@bench.test"))
+            log = open(tmp / "treg.log", "wb")
+            try:
+                treg = subprocess.Popen([*CALLGRIND, f"--callgrind-out-file={outdir}/cg.%p", sys.executable, "-m",
+                                         "treg", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+            finally:
+                log.close()
+            procs.append(treg)
+            await wait_http(bport, "/small", base)
+            await wait_http(tport, "/healthz", treg)
+            await setup_treg_data(tport, org["token"], upstream)
+            base_req = f"GET /small HTTP/1.1\r\nHost: 127.0.0.1:{bport}\r\n\r\n".encode()
+            treg_req = (f"GET /call/bench/small HTTP/1.1\r\nHost: 127.0.0.1:{tport}\r\n"
+                        f"X-Treg-Token: {org['token']}\r\n\r\n").encode()
+            out: dict[str, Any] = {"calls": opts.calls, "warmup": opts.warmup, "concurrency": 32}
+            out["baseline"] = await count(base, bport, base_req, outdir, warmup=opts.warmup, calls=opts.calls)
+            out["treg"] = await count(treg, tport, treg_req, outdir, warmup=opts.warmup, calls=opts.calls)
+            b, t = out["baseline"]["ir_per_call"], out["treg"]["ir_per_call"]
+            out["ir_treg_over_baseline"] = round(t / b, 3) if b and t else None
+            return out
+        finally:
+            for p in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            if up is not None:
+                await up.stop()
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__.split("\n")[0])
+    p.add_argument("--calls", type=int, default=1000, help="calls counted per process (default 1000)")
+    p.add_argument("--warmup", type=int, default=400, help="calls before counting (default 400)")
+    opts = p.parse_args(argv)
+    out = asyncio.run(measure(opts))
+    print(f"instructions per call at concurrency 32 ({out['calls']} calls after {out['warmup']}): bare relay "
+          f"{out['baseline']['ir_per_call']:,}, treg {out['treg']['ir_per_call']:,}; "
+          f"treg / bare relay {out['ir_treg_over_baseline']}")
+    print(json.dumps(out, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
