@@ -37,15 +37,6 @@ def deadlines(gw: testing.Gateway) -> ReadDeadlines:
     return connector.deadlines
 
 
-async def rows(gw: testing.Gateway, n: int) -> list[dict]:
-    for _ in range(int(BOUND / 0.02)):
-        calls = await gw.calls()
-        if len(calls) >= n:
-            return calls
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"expected {n} audit rows")
-
-
 async def test_the_session_uses_the_deadline_connector_and_protocol(gw):
     connector = gw.services.client.connector
     assert isinstance(connector, DeadlineConnector)
@@ -69,7 +60,7 @@ async def test_an_upstream_silent_before_its_head_is_a_502_upstream_timeout(gw):
         assert (await r.json())["error"] == "upstream_timeout"
         assert waited >= TIMEOUT  # never before the timeout: it is a deadline, not a guess
         assert deadlines(gw).expired == 1
-        [row] = await rows(gw, 1)
+        [row] = await gw.wait_calls(1, bound=BOUND)
         assert row["outcome"] == "gateway_failed" and row["status"] == 502
 
 
@@ -89,7 +80,7 @@ async def test_an_upstream_silent_mid_answer_is_cut(gw):
         with contextlib.suppress(Exception):  # the caller sees a truncated answer (the connection is cut)
             got = await asyncio.wait_for(r.read(), BOUND)
         assert len(got) < 100_000
-        [row] = await rows(gw, 1)
+        [row] = await gw.wait_calls(1, bound=BOUND)
         assert row["outcome"] == "stream_error"
         assert deadlines(gw).expired == 1
 
@@ -112,7 +103,7 @@ async def test_an_upstream_that_keeps_sending_is_never_timed_out(gw):
         assert r.status == 200
         assert await asyncio.wait_for(r.read(), BOUND) == b"x" * pieces
         assert deadlines(gw).expired == 0
-        [row] = await rows(gw, 1)
+        [row] = await gw.wait_calls(1, bound=BOUND)
         assert row["outcome"] == "ok"
 
 

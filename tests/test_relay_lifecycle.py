@@ -68,14 +68,7 @@ def closes(monkeypatch) -> Closes:
 
 
 async def wait_calls(gw: testing.Gateway, n: int) -> list[dict[str, Any]]:
-    """The audit rows once ``n`` of them are written (the writer batches: bounded polling)."""
-    calls: list[dict[str, Any]] = []
-    for _ in range(int(BOUND / 0.02)):
-        calls = await gw.calls()
-        if len(calls) >= n:
-            return calls
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"expected {n} audit rows, got {calls}")
+    return await gw.wait_calls(n, bound=BOUND)
 
 
 class StreamingUpstream:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from treg.testing.client import RawReply, raw_exchange, raw_request_bytes
@@ -61,3 +62,13 @@ class Gateway:
 
     async def calls(self, as_: dict[str, str] | None = None) -> list[dict[str, Any]]:
         return (await self.api("GET", "/api/v1/calls?limit=500", as_=as_, expect=200))["calls"]
+
+    async def wait_calls(self, n: int, *, bound: float = 10.0) -> list[dict[str, Any]]:
+        """The audit rows once ``n`` of them are written (the writer batches: polled, at most ``bound`` s)."""
+        calls: list[dict[str, Any]] = []
+        for _ in range(int(bound / 0.02)):
+            calls = await self.calls()
+            if len(calls) >= n:
+                return calls
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"expected {n} audit rows, got {len(calls)}")
