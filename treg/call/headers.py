@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from treg.http_grammar import PER_HOP as HOP_BY_HOP
+from treg.memo import BoundedMemo
 
 #: treg's control/infra headers and edge forwarding headers: never reach an upstream
 CONTROL = frozenset({"x-treg-token", "x-treg-org", "ngrok-skip-browser-warning", "x-real-ip", "forwarded", "via"})
@@ -75,20 +76,41 @@ def _sets_treg_cookie(value: str) -> bool:
     return name in TREG_COOKIES
 
 
+#: what :func:`response_headers` does with a header, by its name
+_KEEP, _DROP, _CONNECTION, _SET_COOKIE = range(4)
+
+
+def _response_verdict(name: str) -> int:
+    n = name.lower()
+    if n == "connection":
+        return _CONNECTION
+    if n in _DROP_RESPONSE or n.startswith("x-treg-"):
+        return _DROP
+    return _SET_COOKIE if n == "set-cookie" else _KEEP
+
+
+#: verdicts by the name as the upstream spelled it: an answer's names repeat from call to call, and
+#: lower-casing and testing each on every answer cost more than this lookup (a speed trick:
+#: docs/performance.md, round 6); bounded, as any upstream may send any names
+_RESPONSE_VERDICTS: BoundedMemo[str, int] = BoundedMemo(1024)
+
+
 def response_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's headers the caller gets: every one (both Set-Cookie lines, Content-Length kept)
     minus hop-by-hop framing, X-Treg-*, treg's cookie names; plus nosniff and CSP sandbox."""
     out = []
     listed: set[str] | None = None
+    known = _RESPONSE_VERDICTS.get
     for k, v in raw:
-        n = k.lower()
-        if n in _DROP_RESPONSE or n.startswith("x-treg-"):
-            if n == "connection":
-                listed = connection_tokens(raw)
-            continue
-        if n == "set-cookie" and _sets_treg_cookie(v):
-            continue
-        out.append((k, v))
+        verdict = known(k)
+        if verdict is None:
+            verdict = _RESPONSE_VERDICTS.put(k, _response_verdict(k))
+        if verdict == _KEEP:
+            out.append((k, v))
+        elif verdict == _CONNECTION:
+            listed = connection_tokens(raw)
+        elif verdict == _SET_COOKIE and not _sets_treg_cookie(v):
+            out.append((k, v))
     if listed:  # names the upstream's Connection header marked hop-by-hop; never its Content-Length
         out = [(k, v) for k, v in out if k.lower() == "content-length" or k.lower() not in listed]
     out.append(NOSNIFF)

@@ -249,7 +249,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         # platform settings' values live as long as the process: their redactors (whose encoded forms
         # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
         stored = svc.platform_redactors
-    return PreparedRequest(UpstreamRequest(method=inp.method, url=url, headers=tuple(headers.items()), body=body),
+    return PreparedRequest(UpstreamRequest(inp.method, url, tuple(headers.items()), body),
                            tuple(values), body_kept, stored)
 
 

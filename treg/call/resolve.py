@@ -44,8 +44,8 @@ def named_target(tool: ToolRef, path: str | None, raw_query: str) -> ResolvedTar
     else:
         upstream = tool.base_slash + path
     query = tool.base_query + tuple(split_query(raw_query)) if raw_query else tool.base_query
-    return ResolvedTarget(upstream_url=upstream, query=query, tool=tool, bindings=tool.bindings, provider=tool.host,
-                          credential_tier="tool", plan=tool.plan)
+    # positional where ResolvedTarget's order allows (every call builds one: keyword matching costs)
+    return ResolvedTarget(upstream, query, tool, tool.bindings, tool.host, "tool", plan=tool.plan)
 
 
 def prefix_matches(norm: str, base: str) -> bool:

@@ -33,14 +33,15 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
         await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
-        await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
-        await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
-        # ... and a locked platform key refuses before any hold (unless an aggregator may serve the call)
-        await capacity_stage.check_lock(svc, state, overflow_stage.may_overflow)
-        if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
-            return replay
-        if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
-            return stored
+        if target.catalog is not None:  # the catalog's own stages (an own tool's call has none of them)
+            await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
+            await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
+            # ... and a locked platform key refuses before any hold (unless an aggregator may serve the call)
+            await capacity_stage.check_lock(svc, state, overflow_stage.may_overflow)
+            if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
+                return replay
+            if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
+                return stored
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
         state.resp = await capacity_stage.send(svc, state)  # ... vetted and sent (platform tier: smoothed)
         return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row

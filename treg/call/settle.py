@@ -114,7 +114,10 @@ def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, st
 
 
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
-    body = await archive.read_for_archive(svc, state, resp)  # resp.body, unless the archive reads it first
+    # the archive, the tier and the breaker see catalog calls only (an own tool's answer skips them)
+    catalog = state.target is not None and state.target.catalog is not None
+    # resp.body, unless the archive reads it first
+    body = await archive.read_for_archive(svc, state, resp) if catalog else resp.body
     err_head: tuple[bytes, bool] | None = None
     if resp.status >= 400 and resp.whole is not None:
         err_head = (resp.whole[:evidence.RESPONSE_HEAD_MAX], len(resp.whole) > evidence.RESPONSE_HEAD_MAX)
@@ -126,10 +129,11 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
     out_headers = hdr.response_headers(resp.headers)
     if "location" in resp.index or "content-location" in resp.index:
         out_headers = _treg_locations(svc, state, out_headers)
-    if state.target is not None and state.target.catalog is not None:
+    if catalog:
+        assert state.target is not None
         out_headers += list(catalog_stage.tier_headers(state.target).items())
-    out_headers += archive.answer_headers(state)
-    out_headers += await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
+        out_headers += archive.answer_headers(state)
+        out_headers += await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
     index = resp.index
     cl = index.get("content-length")
     return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),

@@ -255,7 +255,6 @@ async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *,
         # nothing is waited for, and skip the stream machinery (docs/performance.md)
         whole = content.read_nowait()
         closer.close(complete=True)
-        return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers, body=_replay(whole),
-                                closer=closer, index=resp.headers, whole=whole)
-    return UpstreamResponse(status=resp.status, reason=resp.reason or "", headers=headers,
-                            body=_iterate(resp, closer), closer=closer, index=resp.headers)
+        return UpstreamResponse(resp.status, resp.reason or "", headers, _replay(whole), closer, resp.headers, whole)
+    # positional (status, reason, headers, body, closer, index): one is built per call
+    return UpstreamResponse(resp.status, resp.reason or "", headers, _iterate(resp, closer), closer, resp.headers)
