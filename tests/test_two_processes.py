@@ -16,7 +16,6 @@ from sqlalchemy import text, update
 from test_money_helpers import check_books, open_services
 
 from treg import money, tenancy, testing
-from treg.infra import crypto
 from treg.infra.schema import holds
 from treg.money import reaper
 
