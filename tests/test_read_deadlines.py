@@ -172,3 +172,30 @@ async def test_closing_the_session_stops_the_ticker():
     proto._reschedule_timeout()  # after close: watched, but no ticker is started again
     assert connector.deadlines._task is None
     assert d.tick == pytest.approx(TIMEOUT / 4) and ReadDeadlines(None).tick == 1.0
+
+
+async def test_one_failing_expiry_does_not_stop_the_others(caplog):
+    d = ReadDeadlines(0.2)
+    loop = asyncio.get_running_loop()
+
+    class Broken(DeadlineHandler):
+        def _on_read_timeout(self) -> None:
+            raise RuntimeError("boom")
+
+    class Counted(DeadlineHandler):
+        fired = 0
+
+        def _on_read_timeout(self) -> None:
+            Counted.fired += 1
+
+    broken, counted = Broken(loop, d), Counted(loop, d)
+    for proto in (broken, counted):
+        proto.read_timeout = 0.2
+        proto._reschedule_timeout()
+    for _ in range(int(BOUND / 0.05)):
+        if d.expired == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert d.expired == 2 and Counted.fired == 1 and d.watched == set()
+    assert "expiring an upstream read deadline failed" in caplog.text
+    await d.close()

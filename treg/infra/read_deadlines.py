@@ -24,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from typing import Any
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
+
+log = logging.getLogger(__name__)
 
 #: the longest a ticker sleeps (a timeout fires at most this late)
 TICK_MAX_S = 1.0
@@ -58,7 +61,10 @@ class ReadDeadlines:
                 for proto in [p for p in self.watched if p.deadline <= now]:
                     self.watched.discard(proto)
                     self.expired += 1
-                    proto._on_read_timeout()  # aiohttp's own timeout: the reader gets SocketTimeoutError
+                    try:
+                        proto._on_read_timeout()  # aiohttp's own timeout: the reader gets SocketTimeoutError
+                    except Exception:  # noqa: BLE001 (one connection's failure must not stop the others' expiry)
+                        log.exception("expiring an upstream read deadline failed")
         finally:
             self._task = None  # the next watched connection starts a new one
 
