@@ -42,7 +42,9 @@ def test_an_expanding_in_is_compiled_for_each_list():
     one = cache.compile(select(holds.c.id).where(holds.c.id.in_(["z"])), None)
     assert three.sql.count("%(") == 3 and one.sql.count("%(") == 1
     assert sorted(three.params.values()) == ["a", "b", "c"] and list(one.params.values()) == ["z"]
-    assert cache.uncacheable == 2 and cache.hits == 0
+    two = cache.compile(select(holds.c.id).where(holds.c.id.in_(["p", "q"])), None)  # the shape is known by now
+    assert two.sql.count("%(") == 2 and sorted(two.params.values()) == ["p", "q"]
+    assert cache.uncacheable == 3 and cache.hits == 0 and cache.misses == 0
 
 
 def test_a_full_memo_starts_over_and_stays_correct():

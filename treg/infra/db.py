@@ -38,6 +38,10 @@ class Compiled:
     params: Mapping[str, Any]
 
 
+#: kept for a shape whose SQL depends on its values (it is compiled with them on every execution)
+_VALUE_DEPENDENT = object()
+
+
 class StatementCache:
     """Compiled Core statements by their SQLAlchemy cache key, as SQLAlchemy's own engines keep them.
 
@@ -55,15 +59,16 @@ class StatementCache:
     def compile(self, stmt: ClauseElement, params: Mapping[str, Any] | None) -> Compiled:
         key = stmt._generate_cache_key()  # noqa: SLF001 - SQLAlchemy's engine uses the same key
         compiled = self._memo.get(key[0]) if key is not None else None
-        if compiled is not None:
+        if compiled is not None and compiled is not _VALUE_DEPENDENT:
             self.hits += 1
             return _bound(compiled, compiled.construct_params(params, extracted_parameters=key[1]))
-        if key is not None:
+        if key is not None and compiled is None:
             compiled = stmt.compile(dialect=_DIALECT, cache_key=key)
             if not compiled.post_compile_params and not compiled.literal_execute_params:
                 self.misses += 1
                 self._memo.put(key[0], compiled)
                 return _bound(compiled, compiled.construct_params(params, extracted_parameters=key[1]))
+            self._memo.put(key[0], _VALUE_DEPENDENT)  # its shape is known now: compiled once a call, not twice
         self.uncacheable += 1
         compiled = stmt.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
         return _bound(compiled, compiled.construct_params(params))
