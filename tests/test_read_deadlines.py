@@ -85,9 +85,14 @@ async def test_an_upstream_silent_mid_answer_is_cut(gw):
         assert deadlines(gw).expired == 1
 
 
-async def test_an_upstream_that_keeps_sending_is_never_timed_out(gw):
-    # 12 pieces, one every TIMEOUT / 3: three timeouts long in all, never silent for one
-    pieces, gap = 12, TIMEOUT / 3
+async def test_an_upstream_that_keeps_sending_is_never_timed_out(make_app, aiohttp_client):
+    # a longer timeout than the other tests' (a loaded machine may stall the loop a few hundred ms):
+    # 8 pieces, one every quarter of it, two timeouts long in all, never silent for one
+    timeout = 1.2
+    pieces, gap = 8, timeout / 4
+    client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), upstream_read_timeout_s=timeout))
+    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    slow = testing.Gateway(client, org)
 
     async def trickles(ex: testing.Exchange) -> None:
         ex.writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {pieces}\r\n\r\n".encode())
@@ -97,14 +102,17 @@ async def test_an_upstream_that_keeps_sending_is_never_timed_out(gw):
             await ex.writer.drain()
         return None
 
-    async with raw_upstream(trickles) as up:
-        await gw.tool("up", up.url)
-        r = await asyncio.wait_for(gw.call("GET", "/call/up/x"), BOUND)
-        assert r.status == 200
-        assert await asyncio.wait_for(r.read(), BOUND) == b"x" * pieces
-        assert deadlines(gw).expired == 0
-        [row] = await gw.wait_calls(1, bound=BOUND)
-        assert row["outcome"] == "ok"
+    try:
+        async with raw_upstream(trickles) as up:
+            await slow.tool("up", up.url)
+            r = await asyncio.wait_for(slow.call("GET", "/call/up/x"), BOUND)
+            assert r.status == 200
+            assert await asyncio.wait_for(r.read(), BOUND) == b"x" * pieces
+            assert deadlines(slow).expired == 0
+            [row] = await slow.wait_calls(1, bound=BOUND)
+            assert row["outcome"] == "ok"
+    finally:
+        await client.close()
 
 
 async def test_a_caller_reading_slowly_is_not_the_upstreams_silence(gw):
