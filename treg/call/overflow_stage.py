@@ -380,26 +380,15 @@ async def _served(svc: Services, state: "CallState", attempt: Attempt, result: O
         if body:
             yield body
 
-    finished = False
+    from treg.call.record import audit, ended_as, finish_once
 
-    def finish(sent: int, error: BaseException | None) -> None:
-        nonlocal finished
-        if finished:
-            return
-        finished = True
-        state.audited = True
-        from treg.call.record import audit
-
-        if error is not None:
-            outcome = "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error"
-        else:
-            outcome = "ok" if status < 400 else "upstream_error"
-        audit(svc, state.record(outcome=outcome, status=status, response_bytes=sent,
+    def record_answer(sent: int, error: BaseException | None) -> None:
+        audit(svc, state.record(outcome=ended_as(status, error), status=status, response_bytes=sent,
                                 request_bytes=state.inp.content_length,
                                 blame="upstream" if status >= 400 else None))
 
-    return CallOutcome(status=status, reason="", headers=headers, body=gen(), close=lambda: None, finish=finish,
-                       content_length=len(body), whole=body)
+    return CallOutcome(status=status, reason="", headers=headers, body=gen(), close=lambda: None,
+                       finish=finish_once(state, record_answer), content_length=len(body), whole=body)
 
 
 # -- helpers ---------------------------------------------------------------------------------------

@@ -151,10 +151,20 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
                 audit(svc, state.record(outcome="cancelled", status=resp.status if resp is not None else None))
 
 
-def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
-             err_head: tuple[bytes, bool] | None) -> Callable[[int, BaseException | None], None]:
-    """The outcome's ``finish``: records the relayed answer once streaming ended (``err_head``: the head
-    of a failed answer, kept as evidence)."""
+Finish = Callable[[int, BaseException | None], None]
+
+
+def ended_as(status: int, error: BaseException | None) -> str:
+    """The audit outcome of an answer whose streaming ended: whole (``error`` None) by its status, else
+    cancelled (the caller left) or a stream error."""
+    if error is not None:
+        return "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error"
+    return "ok" if status < 400 else "upstream_error"
+
+
+def finish_once(state: "CallState", record_answer: Finish) -> Finish:
+    """An outcome's ``finish``: ``record_answer(sent, error)`` run once however often the edge calls it,
+    and the call counted as audited (an exit after it records nothing more)."""
     finished = False
 
     def finish(sent: int, error: BaseException | None) -> None:
@@ -163,15 +173,22 @@ def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
             return
         finished = True
         state.audited = True
+        record_answer(sent, error)
+
+    return finish
+
+
+def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
+             err_head: tuple[bytes, bool] | None) -> Finish:
+    """The outcome's ``finish``: records the relayed answer once streaming ended (``err_head``: the head
+    of a failed answer, kept as evidence)."""
+    def record_answer(sent: int, error: BaseException | None) -> None:
         resp.close()  # no-op after a full read (the body iterator released it); else drop the connection
         if error is None and err_head is None:  # the common case: a relayed answer, nothing to keep
             audit(svc, state.record(outcome="ok" if resp.status < 400 else "upstream_error", status=resp.status,
                                     response_bytes=sent, request_bytes=state.inp.content_length))
             return
-        if error is not None:
-            outcome = "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error"
-        else:
-            outcome = "ok" if resp.status < 400 else "upstream_error"
+        outcome = ended_as(resp.status, error)
         error_response = None
         if err_head is not None:
             error_response = evidence.response_evidence(resp.status, resp.headers, err_head[0], err_head[1],
@@ -181,4 +198,4 @@ def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
                                 error_response=error_response,
                                 blame="upstream" if resp.status >= 400 else None))
 
-    return finish
+    return finish_once(state, record_answer)
