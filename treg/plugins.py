@@ -77,14 +77,22 @@ class PluginHost:
         self.trace = trace
         #: (plugin, hook, exception type) -> how many times a contained hook failed that way
         self.contained_failures: dict[tuple[str, str, str], int] = {}
+        # hook -> (its spec's arguments, its implementations in call order): every plugin is registered
+        # by now and none later, so this is read once instead of on every call of a call-path hook
+        self._calls: dict[str, tuple[frozenset[str], tuple[pluggy.HookImpl, ...]]] = {}
+        for name in hookspecs.hook_names():
+            caller = getattr(pm.hook, name)
+            args = caller.spec.argnames if caller.spec is not None else ()
+            # pluggy calls the last-registered first
+            self._calls[name] = (frozenset(args), tuple(reversed(caller.get_hookimpls())))
 
     def impls(self, name: str) -> list[pluggy.HookImpl]:
         """The implementations of hook ``name``, in registration order (pluggy calls the last first)."""
         return getattr(self._pm.hook, name).get_hookimpls()
 
-    def spec_args(self, name: str) -> tuple[str, ...]:
-        spec = getattr(self._pm.hook, name).spec
-        return tuple(spec.argnames) if spec is not None else ()
+    def calls(self, name: str) -> tuple[frozenset[str], tuple[pluggy.HookImpl, ...]]:
+        """(the spec's argument names, the implementations in call order) of hook ``name``."""
+        return self._calls[name]
 
     def names_and_plugins(self) -> list[tuple[str, Any]]:
         return self._pm.list_name_plugin()
@@ -180,7 +188,7 @@ def _refuse_wrappers(pm: pluggy.PluginManager) -> None:
 
 def has_impls(pm: PluginHost, name: str) -> bool:
     """Whether any plugin implements hook ``name`` (lets a caller skip building arguments nobody reads)."""
-    return bool(pm.impls(name))
+    return bool(pm.calls(name)[1])
 
 
 def call_hook(pm: PluginHost, name: str, /, **kwargs: Any) -> list[HookResult]:
@@ -194,11 +202,11 @@ def call_hook(pm: PluginHost, name: str, /, **kwargs: Any) -> list[HookResult]:
     (hook, plugin, milliseconds, returned or raised which exception type), nothing of its values.
     """
     policy = policy_of(name)
-    expected = pm.spec_args(name)
-    if set(kwargs) != set(expected):
-        raise TypeError(f"{name} takes {expected}, called with {tuple(kwargs)}")
+    expected, impls = pm.calls(name)
+    if kwargs.keys() != expected:
+        raise TypeError(f"{name} takes {tuple(sorted(expected))}, called with {tuple(kwargs)}")
     out: list[HookResult] = []
-    for impl in reversed(pm.impls(name)):  # pluggy calls the last-registered first
+    for impl in impls:
         started = time.perf_counter() if pm.trace else 0.0
         try:
             value = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
