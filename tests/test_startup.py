@@ -26,38 +26,21 @@ from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, make_settings, raw_upstream
 
-#: a third party's plugin file: one row for every registry start-up collects
+#: a third party's plugin file: rows for the registries that name catalog rows (the aggregators are the
+#: built-ins')
 VENDORZ = '''
 from treg import hookimpl
-from treg.overflow.aggregator import Aggregator, OverflowResult
-
-
-class Relay(Aggregator):
-    name = "relayco"
-    default_url = "https://relay.example"
-
-    def check_route(self, route):
-        return []
-
-    async def run(self, session, *, base_url, key, route, call, poll_max_s):
-        return OverflowResult(vendor_status=200, vendor_body={}, price_micro=route.price_micro)
-
-
-@hookimpl
-def treg_register_aggregators():
-    return [Relay()]
 
 
 @hookimpl
 def treg_register_providers():
     return [{"id": "vendorz", "base_url": "https://api.vendorz.test", "auth": [{"location": "header", "name": "K"}],
-             "endpoints": [{"id": "vendorz.get", "method": "GET", "path": "/get", "price": {"per_call_micro": 5},
-                            "overflow": [{"aggregator": "relayco", "price_micro": 7}]}]}]
+             "endpoints": [{"id": "vendorz.get", "method": "GET", "path": "/get", "price": {"per_call_micro": 5}}]}]
 
 
 @hookimpl
 def treg_register_capacity_signatures():
-    return [{"provider": "vendorz", "kind": "balance", "status": [402], "body_contains": "top up"}]
+    return [{"provider": "vendorz", "kind": "quota", "status": [429], "body_contains": "monthly quota"}]
 
 
 @hookimpl
@@ -109,8 +92,8 @@ def plugin_dir(tmp_path: Path, **files: str) -> Path:
 
 
 def has_vendorz(svc: Any) -> bool:
-    return (svc.catalog.get("vendorz.get").provider == "vendorz" and "relayco" in svc.aggregators
-            and [s.kind for s in svc.capacity_signatures.for_provider("vendorz")][:1] == ["balance"]
+    return (svc.catalog.get("vendorz.get").provider == "vendorz" and {"orthogonal", "monid"} <= set(svc.aggregators)
+            and [s.kind for s in svc.capacity_signatures.for_provider("vendorz")][:1] == ["quota"]
             and svc.result_classifiers.get("vendorz.get") is not None
             and {"header", "query", "json"} <= set(svc.injectors))
 

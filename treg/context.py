@@ -4,8 +4,8 @@ the CLI and the tests alike (no import-time singletons, nothing looked up by nam
 Plain-Python stages (management operations, the call pipeline) take a :class:`Services` and never
 touch aiohttp's request objects, so tests can drive them without HTTP. Every component is a typed
 field that is always set: what a process may run without (caches, the batching audit writer, the
-upstream sessions, the resolver) is a null object there, so no use site asks whether it is on (docs/architecture.md, "Services instead
-of singletons").
+upstream sessions, the resolver) is a null object there, so no use site asks whether it is on
+(docs/architecture.md, "Services instead of singletons").
 """
 
 from __future__ import annotations

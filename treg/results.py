@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-
 from treg.catalog.errors import CatalogError, Problem
 from treg.jsonpath import MISSING, dig
 from treg.catalog.registry import CatalogRegistry

@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-
 from treg import http_grammar
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.registry import CatalogRegistry

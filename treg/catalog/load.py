@@ -17,7 +17,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-
 from treg import http_grammar
 from treg.bindings import Binding, Injector, format_fields
 from treg.catalog import managed as managed_rows

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Mapping
 
-
 from treg.errors import ConfigError
 from treg.plugins import PluginFailed, PluginHost, call_hook
 
