@@ -11,7 +11,11 @@ classifiers and the archive.
   treg bills nothing, hit or not.
 * What is stored: a 2xx of at most ``TREG_ARCHIVE_MAX_BYTES`` received with identity encoding, that
   the endpoint's classifier (``treg/results.py``) called a ``hit`` (or a ``miss`` with
-  ``admit_misses``); with no classifier, every such 2xx. ``unknown`` is never stored.
+  ``admit_misses``); with no classifier, every such 2xx. ``unknown`` is never stored, nor a part (a
+  ``206``, any answer to a ``Range`` request, which never reads an entry either).
+* The key holds the credential the ladder picked, by tier and id (:func:`credential_of`): the lookup
+  runs after every gate, so an entry is served only to a call that would use the credential that
+  fetched it.
 * Request header ``X-Treg-Cache``: ``refresh`` skips the lookup but stores the fresh answer, ``bypass``
   does neither. Like every ``X-Treg-*`` header it never reaches the vendor (``treg/call/headers.py``).
 * Answer header ``X-Treg-Cache``: ``hit`` (with ``X-Treg-Cache-Age``), ``stored``, or ``miss``.
