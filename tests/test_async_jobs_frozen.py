@@ -198,6 +198,41 @@ async def test_two_catalogs_at_once_agree_through_the_database(world):
     await new_client.close()
 
 
+async def _as_before_0012(svc) -> None:
+    """What migration 0012 leaves of jobs recorded before it: no terms, utilities of unknown parameter."""
+    async with svc.db.tx() as tx:
+        await tx.execute("UPDATE async_jobs SET terms = NULL")
+        await tx.execute("DELETE FROM async_job_utilities")
+        await tx.execute("INSERT INTO async_job_utilities (endpoint_id, kind, task_param, by_result_id) VALUES "
+                         "('vidgen.tasks.get', 'poll', '', false), ('vidgen.files.get', 'fetch', '', false)")
+
+
+async def test_a_job_recorded_before_its_terms_were_frozen(world):
+    """A job from before migration 0012 (no terms, its utilities with an unknown parameter): while the
+    catalog still marks its poll, the owner polls and settles it by the catalog's terms; once a catalog
+    no longer does, nobody can name it on treg's key (refused, the reaper's to release)."""
+    boxes, vendor, up = world
+    client, a, b = await boxes.serve("v1", PLUGIN)
+    call_id, task = await _submitted_and_polled(a, vendor)
+    await _as_before_0012(client.app[SERVICES])
+    await client.close()
+
+    client, a, b = await boxes.serve("v1-again", PLUGIN)  # the same catalog: read as it says
+    await _refused_without_vendor(up, lambda: _poll(b, task))
+    vendor.job(task).status = "completed"
+    r = await _poll(a, task)
+    assert r.status == 200
+    assert (await a.api("GET", f"/api/v1/calls/{call_id}", expect=200))["cost_micro"] == 5000
+    _, task2 = await _submit(a)
+    await _as_before_0012(client.app[SERVICES])
+    await client.close()
+
+    client, a, b = await boxes.serve("v2", _dropped())
+    await _refused_without_vendor(up, lambda: _poll(b, task2), lambda: _poll(a, task2),
+                                  lambda: _fetch(a, "f-" + task))
+    await client.close()
+
+
 def test_schema_matches_migration(dsn):
     assert_schema_matches(dsn, {"async_jobs", "async_job_utilities"})
 
