@@ -28,10 +28,15 @@ from treg.testing import Gateway, raw_upstream
 SUBMIT = "/catalog/call/vidgen.videos.create"
 
 
-def _dropped() -> str:
-    """The plugin's next version: no async descriptor any more, and the submission dearer."""
+def _dropped(archived: bool = False) -> str:
+    """The plugin's next version: no async descriptor any more, and the submission dearer (``archived``:
+    the former poll endpoint now declares an archive, which startup allows on an ordinary row)."""
     text = re.sub(r',\s*"async": (ASYNC|dict\(ASYNC, price_on="submit"\))', "", PLUGIN)
     text = text.replace('"per_call_micro": 5000', '"per_call_micro": 9000')
+    if archived:
+        row = '{{"id": "vidgen.tasks.get", '
+        text = text.replace(row, row + '"archive": {{"ttl_s": 600}}, ')
+        assert '"archive"' in text
     assert '"async"' not in text
     return text
 
@@ -107,16 +112,17 @@ async def test_a_dropped_descriptor_keeps_pending_jobs_owner_only_and_their_pric
     call_id, task = await _submitted_and_polled(a, vendor)
     await client.close()
 
-    client, a, b = await boxes.serve("v2", _dropped())  # the plugin update, on restart
+    client, a, b = await boxes.serve("v2", _dropped(archived=True))  # the plugin update, on restart
     svc = client.app[SERVICES]
-    assert svc.catalog.get("vidgen.tasks.get").async_job is None  # the catalog no longer knows the job
+    poll_row = svc.catalog.get("vidgen.tasks.get")
+    assert poll_row.async_job is None and poll_row.archive is not None  # the catalog no longer knows the job
     await _refused_without_vendor(up, lambda: _poll(b, task), lambda: _fetch(b, "f-" + task),
                                   lambda: _poll(b, "t999"))
     r = await _poll(a, task)  # the owner's poll: free, still pending
     assert r.status == 200 and (await r.json())["status"] == "running" and r.headers["X-Treg-Cost-Micro"] == "0"
     vendor.job(task).status = "completed"
-    r = await _poll(a, task)
-    assert r.status == 200 and (await r.json())["status"] == "completed"
+    r = await _poll(a, task)  # the vendor's live status, never an archived one
+    assert r.status == 200 and (await r.json())["status"] == "completed" and "X-Treg-Cache" not in r.headers
     detail = await a.api("GET", f"/api/v1/calls/{call_id}", expect=200)
     assert (detail["hold_state"], detail["cost_micro"]) == ("settled", 5000)  # the price frozen at submission
     assert detail["async"]["state"] == "done" and detail["async"]["fetch_ids"] == ["f-" + task]

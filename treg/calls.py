@@ -152,8 +152,8 @@ async def page_calls(svc: Services, ident: Identity, f: CallFilter) -> tuple[lis
     if f.before:
         when, call_id = _parse_cursor(f.before)
         where += [calls.c.created_at <= when, or_(calls.c.created_at < when, calls.c.id < call_id)]
-    q = (select(*PAGE_COLUMNS).select_from(CALLS_FROM).where(and_(*where)).order_by(calls.c.created_at.desc(), calls.c.id.desc())
-         .limit(f.limit + 1))
+    q = (select(*PAGE_COLUMNS).select_from(CALLS_FROM).where(and_(*where))
+         .order_by(calls.c.created_at.desc(), calls.c.id.desc()).limit(f.limit + 1))
     async with svc.db.tx() as tx:
         rows = await tx.fetch_all(q)
     more = len(rows) > f.limit

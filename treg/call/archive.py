@@ -109,6 +109,10 @@ async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
     policy = cat.endpoint.archive if cat is not None else None
     if policy is None or target.credential_tier not in TIERS:
         return None
+    if state.job is not None:
+        # an owned async poll or fetch (a later catalog may archive its endpoint; startup refuses one that
+        # still is a utility): it must read the vendor's live job, and settles it
+        return None
     raw = state.inp.header(CONTROL)
     control = raw.strip().lower() if raw is not None else None
     if control is not None and control not in CONTROLS:
