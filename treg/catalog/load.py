@@ -639,7 +639,13 @@ class _Loader:
                 self.c.add(ep.plugin, f"endpoint {ep.id!r}", "superseded_by",
                            f"{ep.superseded_by!r} is not an endpoint of the catalog")
         managed_rows.check_kinds(self.c.add, self.endpoints.values())
-        self.endpoints.update(link_utilities(self.c.add, self.endpoints))  # async jobs: treg/jobs/spec.py
+        utilities = link_utilities(self.c.add, self.endpoints)  # async jobs: treg/jobs/spec.py
+        for uid, util in utilities.items():
+            if util.archive is not None:
+                # a poll answered from the archive reads a stale status; a fetch is streamed, never stored
+                self.c.add(util.plugin, f"endpoint {uid!r}", "archive", f"an async {util.async_job.kind} "
+                           "utility is never archived: it must read the vendor's live job")
+        self.endpoints.update(utilities)
         if self.c.problems:
             raise CatalogError(self.c.problems)
         return CatalogRegistry.build(self.providers.values(), self.endpoints.values())
