@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg import forwarded, ui_sessions
+from treg import ui_sessions
 from treg.context import Services
 from treg.errors import BadRequest, TregError
 from treg.keys import SERVICES, SETTINGS
@@ -22,6 +22,7 @@ from treg.origin import public_https, public_prefix
 from treg.settings import Settings
 from treg.tenancy import Identity
 from treg.ui_sessions import COOKIE, Session
+from treg.web import forwarded
 from treg.web.jsonio import read_body
 
 log = logging.getLogger("treg.web.dashboard")
@@ -155,10 +156,7 @@ def field_error(exc: TregError, fields: dict[str, tuple[str, ...]]) -> dict[str,
 def served_over_https(request: web.Request, settings: Settings) -> bool:
     """Whether the browser is on https: treg's own origin is (whatever the hop from a TLS-terminating
     proxy is), the connection itself is TLS, or a trusted proxy says so (``X-Forwarded-Proto``)."""
-    if public_https(settings) or request.secure:
-        return True
-    trusted = forwarded.trusted_networks(settings.trusted_proxies)
-    return forwarded.forwarded_proto(request.remote, request.headers.items(), trusted) == "https"
+    return public_https(settings) or forwarded.scheme(request) == "https"
 
 
 def cookie_kwargs(request: web.Request, max_age: int | None, *, path: str = "/") -> dict[str, Any]:
