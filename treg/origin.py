@@ -55,7 +55,7 @@ def public_origin(settings: Settings) -> str | None:
     return origin_of_url(settings.public_url)
 
 
-def public_prefix(settings: Settings) -> str:
+def path_prefix(settings: Settings) -> str:
     """``TREG_PUBLIC_URL``'s path without its trailing ``/`` (``/treg``), ``""`` when there is none: what
     every path treg hands a browser starts with (the proxy strips it before treg sees the request)."""
     if not settings.public_url:

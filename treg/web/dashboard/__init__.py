@@ -17,7 +17,7 @@ import jinja2
 from aiohttp import web
 
 from treg.keys import SETTINGS
-from treg.origin import public_prefix
+from treg.origin import path_prefix
 from treg.web.dashboard import pages, tryit
 from treg.web.dashboard.base import STATIC_FILES
 
@@ -36,7 +36,7 @@ def setup(app: web.Application) -> None:
     env = aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
                                undefined=jinja2.StrictUndefined)
     # every link, form action and script path of every page starts with treg's own path prefix
-    env.globals["root"] = public_prefix(app[SETTINGS])
+    env.globals["root"] = path_prefix(app[SETTINGS])
     static = folder / "static"
     for name, ctype in STATIC_FILES.items():
         app.router.add_get(f"/ui/static/{name}", _static(static / name, ctype))

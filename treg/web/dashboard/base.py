@@ -18,7 +18,7 @@ from treg import ui_sessions
 from treg.context import Services
 from treg.errors import BadRequest, TregError
 from treg.keys import SERVICES, SETTINGS
-from treg.origin import public_https, public_prefix
+from treg.origin import path_prefix, public_https
 from treg.settings import Settings
 from treg.tenancy import Identity
 from treg.ui_sessions import COOKIE, Session
@@ -72,7 +72,7 @@ def finish(resp: web.StreamResponse) -> web.StreamResponse:
 
 def root(request: web.Request) -> str:
     """The path prefix of every URL treg hands a browser (``""`` without one)."""
-    return public_prefix(request.app[SETTINGS])
+    return path_prefix(request.app[SETTINGS])
 
 
 def see_other(request: web.Request, location: str, done: str | None = None) -> web.Response:
@@ -165,4 +165,4 @@ def cookie_kwargs(request: web.Request, max_age: int | None, *, path: str = "/")
     not sent to whatever else the same host serves)."""
     settings = request.app[SETTINGS]
     return {"httponly": True, "samesite": "Strict", "secure": served_over_https(request, settings),
-            "path": public_prefix(settings) + path, "max_age": max_age}
+            "path": path_prefix(settings) + path, "max_age": max_age}
