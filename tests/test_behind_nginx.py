@@ -21,7 +21,6 @@ from treg.app import make_runner
 from treg.keys import SERVICES
 from treg.testing import browser as chromium_browser, http_response, nginx, raw_exchange, raw_request_bytes
 
-pytestmark = pytest.mark.skipif(nginx.available() is not None, reason=str(nginx.available()))
 needs_chromium = pytest.mark.skipif(chromium_browser.skip_reason() is not None,
                                     reason=str(chromium_browser.skip_reason()))
 
@@ -79,6 +78,8 @@ class Behind:
 
 @pytest.fixture
 async def behind(make_app, tmp_path):
+    if (why := nginx.available()) is not None:
+        pytest.skip(why)
     port = nginx.free_port()
     public = f"https://127.0.0.1:{port}/treg"
     app = make_app(ssrf_allow=("127.0.0.0/8",), public_url=public, trusted_proxies=("127.0.0.1",))
@@ -267,3 +268,10 @@ async def test_the_dashboard_through_nginx_in_chromium(behind, up):
     assert all(urlsplit(u).path.startswith("/treg/") for u, _ in seen), seen
     # last: it needs the sec-location branch's prefix on rewritten Locations
     assert location == "/treg/call/up/next"
+
+
+def test_docs_give_the_configuration_this_test_runs():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    assert nginx.LOCATION.format(prefix="/treg", upstream="127.0.0.1:8080") in doc
