@@ -261,6 +261,7 @@ async def test_the_dashboard_through_nginx_in_chromium(behind, up):
 
         await page.get_by_role("button", name="Log out").click()
         await page.wait_for_url(base + "/ui/login?done=*")
+        assert "treg_session" not in {c["name"] for c in await ctx.cookies(behind.proxy.origin + "/treg/ui/")}
         await ctx.close()
     assert "s3cr3t-value" not in json.dumps(seen)
     assert [u for u, s in seen if s >= 400] == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,14 +246,18 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+#: TREG_PUBLIC_URL's path: RFC 3986 segments, none empty (``//x`` in a Location reads as a host)
+_URL_PATH = re.compile(r"(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+)*/?")
+
+
 def _public_url(text: str) -> str:
     """An http(s) URL with a host and at most a path: nothing a browser's origin or a path prefix could not
     be built from (a query, a fragment or userinfo there is a typo, refused at startup)."""
     parts = urlsplit(text)
     parts.port  # noqa: B018 (a ValueError for a bad port)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
-            or "@" in parts.netloc:
-        raise ValueError(f"expected http(s)://host[:port][/path], got {text!r}")
+            or "@" in parts.netloc or not _URL_PATH.fullmatch(parts.path):
+        raise ValueError(f"expected http(s)://host[:port][/path] (the path plain segments), got {text!r}")
     return text
 
 

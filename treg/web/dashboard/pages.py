@@ -18,7 +18,7 @@ from treg.keys import SERVICES, SETTINGS
 from treg.origin import own_origins, sent_from
 from treg.ui_sessions import COOKIE
 from treg.web.dashboard.base import (NAV, Page, cookie_kwargs, current_session, error_page, field_error, finish,
-                                     page, read_form, root, see_other)
+                                     page, read_form, see_other)
 
 routes = web.RouteTableDef()
 
@@ -83,6 +83,13 @@ def _stale_login_form(request: web.Request, form: dict[str, str]) -> str | None:
     return "this login form has expired or did not come from this browser's login page; reload it and log in again"
 
 
+def _deleting(request: web.Request, path: str) -> dict[str, Any]:
+    # with the flags it was set with: a browser replaces a Secure cookie only with a Secure one
+    flags = cookie_kwargs(request, None, path=path)
+    del flags["max_age"]
+    return flags
+
+
 @routes.get("/ui")
 async def ui_root(request: web.Request) -> web.StreamResponse:
     return see_other(request, "/ui/")
@@ -118,7 +125,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     resp = see_other(request, _safe_next(form.get("next")))
     resp.set_cookie(COOKIE, session_id, **cookie_kwargs(request, svc.settings.ui_session_ttl_s))
     # the pre-login cookie has done its work: it is not kept beside the session
-    resp.del_cookie(ui_sessions.LOGIN_COOKIE, path=root(request) + "/ui/login")
+    resp.del_cookie(ui_sessions.LOGIN_COOKIE, **_deleting(request, "/ui/login"))
     return resp
 
 
@@ -135,7 +142,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
     except TregError as exc:
         return _login_page(request, status=exc.status, error=exc.detail)
     resp = see_other(request, "/ui/login", done="You are logged out.")
-    resp.del_cookie(COOKIE, path=root(request) + "/")
+    resp.del_cookie(COOKIE, **_deleting(request, "/"))
     return resp
 
 
