@@ -132,3 +132,16 @@ async def test_the_access_log_names_the_client_a_trusted_proxy_forwarded_and_onl
         raw = up.last.raw.lower()
         for name in (b"x-forwarded-", b"forwarded:", b"x-real-ip", b"6.6.6.6", b"198.51.100.7", b"evil.test"):
             assert name not in raw, (name, up.last.raw)
+
+
+async def test_a_request_aiohttp_refused_still_gets_its_access_line(served):
+    """Refused by the parser before routing, it has no app to read the trusted proxies from: its line
+    names the peer (and is written at all)."""
+    _, port, access = served
+    reply = await raw_exchange(port, b"GET /x HTTP/1.1\r\nHost: h\r\nX-Forwarded-For: 6.6.6.6\r\nBad Header\x7f: 1\r\n\r\n")
+    assert reply.status == 400
+    for _ in range(100):
+        if any(f["status"] == 400 for f in access.fields):
+            break
+        await asyncio.sleep(0.02)
+    assert [f["client"] for f in access.fields if f["status"] == 400] == ["127.0.0.1"]

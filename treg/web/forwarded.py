@@ -11,8 +11,12 @@ from treg.keys import SETTINGS
 
 
 def _trusted(request: web.BaseRequest) -> tuple[forwarded.Network, ...]:
-    app = getattr(request, "app", None)  # a request aiohttp refused before routing has no app
-    settings = app.get(SETTINGS) if app is not None else None
+    try:
+        settings = request.app.get(SETTINGS)  # type: ignore[attr-defined]
+    except (AttributeError, AssertionError):
+        # a request aiohttp's parser refused was never routed: it has no app (aiohttp asserts that), and
+        # its access line names the peer
+        return ()
     return forwarded.trusted_networks(settings.trusted_proxies) if settings is not None else ()
 
 
