@@ -226,7 +226,7 @@ async def test_every_login_not_from_treg_s_own_login_form_is_403_and_sets_no_coo
     assert await _sessions(gateway) == 4
 
 
-async def test_a_refused_login_reads_no_body_and_a_bad_token_re_renders_with_a_good_form(gateway):
+async def test_a_bad_token_re_renders_a_form_still_good_for_this_browser(gateway):
     token, nonce = await _login_form(gateway)
     own = f"http://127.0.0.1:{gateway.client.port}"
     # a bad treg token from the right page: the form again (still good for this browser), no cookie
