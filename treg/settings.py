@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from treg import public_url
 from treg.errors import ConfigError
 
 
@@ -134,8 +135,9 @@ class Settings:
         "TREG_METRICS_TOKEN", None,
         "`GET /metrics` needs `Authorization: Bearer <this>`; unset: answered only to loopback addresses", "secret")
     public_url: str | None = _setting(
-        "TREG_PUBLIC_URL", None, "the URL callers reach treg at (behind a proxy); treg's own origin for the MCP "
-        "Origin check; unset: `http://<listen address>:<port>`")
+        "TREG_PUBLIC_URL", None, "the URL callers reach treg at (behind a proxy): treg's own origin for the MCP "
+        "Origin check, and its path the prefix of rewritten `Location`s; unset: `http://<listen address>:<port>`",
+        "url")
     mcp_allowed_origins: tuple[str, ...] = _setting(
         "TREG_MCP_ALLOWED_ORIGINS", (), "comma-separated browser origins (`https://app.example`) allowed to POST "
         "to `/mcp` besides treg's own", "list")
@@ -245,6 +247,8 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             return Path(str(raw)).expanduser() if str(raw) else None
         if kind == "secret":
             return SecretStr(str(raw)) if str(raw) else None
+        if kind == "url":  # treg's own public URL (treg/public_url.py)
+            return public_url.check(str(raw)) if str(raw).strip() else None
         if kind == "bool":
             if isinstance(raw, bool):
                 return raw

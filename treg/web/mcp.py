@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -21,6 +20,7 @@ from treg.keys import SERVICES
 from treg.mcp.backend import PipelineBackend
 from treg.mcp.protocol import INVALID_REQUEST, Endpoint, Reply, ServerInfo
 from treg.mcp.tools import CallerContext
+from treg.public_url import normalized_origin, own_origin
 from treg.settings import Settings
 from treg.web.errors import error_response, render_failure
 from treg.web.jsonio import dumps, read_body
@@ -32,30 +32,12 @@ _CORS_HEADERS = ("Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp
                  "X-Treg-Token, X-Treg-Org, X-Treg-Tag")
 
 
-def normalized_origin(value: str) -> str | None:
-    """``scheme://host[:port]`` lower-cased, default port dropped; None when not an http(s) origin."""
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") \
-            or parts.query or parts.username is not None:
-        return None
-    host = parts.hostname.lower()
-    if ":" in host:
-        host = f"[{host}]"
-    default = 80 if parts.scheme == "http" else 443
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
-
-
 def own_origins(settings: Settings, sockname: Any) -> set[str]:
     """treg's own origin: ``TREG_PUBLIC_URL`` when set, else the address and port the connection came in
     on (with ``localhost`` and ``127.0.0.1`` for a loopback address) — never the request's Host header,
     which a DNS-rebinding page controls."""
     if settings.public_url:
-        parts = urlsplit(settings.public_url.strip())
-        own = normalized_origin(f"{parts.scheme}://{parts.netloc}")
+        own = own_origin(settings)
         return {own} if own else set()
     if not isinstance(sockname, tuple) or len(sockname) < 2:
         return set()
