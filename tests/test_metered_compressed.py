@@ -78,6 +78,20 @@ async def test_compressed_usage_answer_settles_from_usage_and_relays_the_compres
     await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
 
 
+async def test_a_caller_without_accept_encoding_sends_none_and_a_compressed_answer_still_settles(vendor, closes):
+    """treg adds no Accept-Encoding (none said "any coding" to the upstream, as it would directly); an
+    upstream that compresses anyway is relayed as it came and settles from the decoded usage."""
+    gw, up, answers = vendor
+    packed = gzip.compress(json.dumps({"choices": [], "usage": {"total_tokens": TOKENS}}).encode())
+    answers["reply"] = http_response(200, packed, [("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Content-Type", "application/json")], b"{}")
+    assert r.status == 200, r.body
+    assert up.last.header_all("Accept-Encoding") == [] and b"ccept-encoding" not in up.last.raw.lower()
+    assert r.body == packed and r.header("Content-Encoding") == "gzip"
+    assert r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+
+
 async def test_compressed_spooled_answer_settles_from_usage(vendor, closes):
     gw, up, answers = vendor
     image = "A" * (3 * 1024 * 1024)
