@@ -99,6 +99,22 @@ def _refuse_header(name: str) -> PendingBody:
     return PendingBody(load)
 
 
+def _refuse_coding(te: str) -> PendingBody:
+    async def load(inp: CallInput) -> CallInput:
+        # aiohttp's parser already refused chunked-not-last, a repeated header and a coding without
+        # chunked; what reaches here is "<coding>, chunked". Relaying it as plain chunked sent the
+        # upstream gzip bytes with no coding named. Relaying the coding instead is not safe either:
+        # treg reads request bodies (a JSON binding injects into one, deny rules read a form's
+        # _method) and cannot read a coded one, and a non-chunked transfer coding is the classic
+        # request-smuggling spelling two servers frame differently (many answer it with 501). So
+        # refused, before a byte goes upstream
+        raise BadRequest(f"Transfer-Encoding: {te.strip()} is not supported: treg relays request bodies sent "
+                         "with chunked alone (or a Content-Length); to send a compressed body, use "
+                         "Content-Encoding, or X-Treg-Body-Encoding: gzip for treg to decode it",
+                         code="transfer_coding_unsupported")
+    return PendingBody(load)
+
+
 def _exact_body(request: web.Request, declared: int) -> PendingBody:
     async def load(inp: CallInput) -> CallInput:
         return replace(inp, body=await _whole(request.content.readexactly(declared)))
@@ -143,6 +159,9 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     body: object
     if not_utf8 is not None:
         body = _refuse_header(not_utf8)
+    elif te is not None and te.strip().lower() != "chunked" and \
+            [c.strip().lower() for c in te.split(",")] != ["chunked"]:
+        body = _refuse_coding(te)
     elif ctl.body_encoding is not None:
         body = _decoded_body(request, ctl.body_encoding, declared)
     elif declared is None and (te is None or "chunked" not in te.lower()):
