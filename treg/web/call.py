@@ -31,8 +31,8 @@ COALESCE_MAX = 64 * 1024
 
 class RelayResponse(web.StreamResponse):
     """A StreamResponse that sends the upstream's headers as they were: it keeps an upstream
-    Content-Length on a bodyless answer (204/304, which aiohttp would drop) and adds no Content-Type
-    or Server header the upstream did not send."""
+    Content-Length on a bodyless answer (204/304, which aiohttp would drop), adds no Content-Type
+    or Server header the upstream did not send, and sends a header that is not UTF-8 as its own bytes."""
 
     def __init__(self, outcome: service.CallOutcome) -> None:
         super().__init__(status=outcome.status, reason=outcome.reason or None)
@@ -52,6 +52,27 @@ class RelayResponse(web.StreamResponse):
             h.popall(hdrs.CONTENT_TYPE, None)
         if not o.has_server:
             h.popall(hdrs.SERVER, None)
+
+    async def _write_headers(self) -> None:
+        raw = self._outcome.raw_headers
+        if not raw:
+            await super()._write_headers()
+            return
+        # an upstream header that is not UTF-8 (latin-1 obs-text such as caf\xe9): aiohttp's writer
+        # encodes header text as UTF-8 and sent caf\xc3\xa9; its head is written again here with those
+        # pairs' own bytes (everything else as aiohttp writes it: UTF-8). Rare, so only then
+        request, writer = self._req, self._payload_writer
+        assert request is not None and writer is not None
+        version = request.version
+        status_line = f"HTTP/{version[0]}.{version[1]} {self._status} {self._reason}"
+        await writer.write_headers(status_line, self._headers)  # aiohttp's checks (no CR/LF) and signal
+        lines = [status_line.encode()]
+        for k, v in self._headers.items():
+            name, value = raw.get((k, v)) or (k.encode(), v.encode())
+            lines.append(name + b": " + value)
+        writer._headers_buf = b"\r\n".join(lines) + b"\r\n\r\n"  # what write_headers buffered, replaced
+        if self._send_headers_immediately:
+            writer.send_headers()
 
 
 #: how a caller's body read fails when the caller hangs up mid-upload
