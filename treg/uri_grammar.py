@@ -114,9 +114,7 @@ def reference(value: str) -> Reference | None:
             return None
         if auth_text is None:  # http:/evil, http:evil: read as http://evil by curl
             return None
-    if auth_text is None:
-        if path.startswith("//"):  # not reachable through _SPLIT; kept as the rule it is
-            return None
+    if auth_text is None:  # a path, query or fragment reference (_SPLIT takes any // as an authority)
         return Reference(None, None)
     auth = authority(auth_text)  # empty (http:///evil, ////evil) or malformed: refused
     if auth is None:
@@ -140,4 +138,5 @@ def resolve(base: str, value: str) -> str | None:
         return None
     if authority(m.group(2)) is None:
         return None
-    return m.group(1).lower() + out[len(m.group(1)):]  # HTTP://… kept as given by urljoin
+    # urljoin returns an absolute value as given: its scheme lower-cased here (HTTP://… → http://…)
+    return m.group(1).lower() + out[len(m.group(1)):]

@@ -24,8 +24,8 @@ from treg.testing.tls import SelfSigned, self_signed
 from treg.testing.upstreams import Exchange, RawUpstream, Responder, http_response, raw_upstream
 
 __all__ = [
-    "Exchange", "FakeDns", "Gateway", "ProviderPlugin", "RawReply", "RawUpstream", "Responder", "SelfSigned", "base_dsn",
-    "drop_template", "dsn_for", "example_provider", "fresh_database", "http_response", "make_settings",
-    "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "self_signed", "template_db",
-    "test_home",
+    "Exchange", "FakeDns", "Gateway", "ProviderPlugin", "RawReply", "RawUpstream", "Responder", "SelfSigned",
+    "base_dsn", "drop_template", "dsn_for", "example_provider", "fresh_database", "http_response", "make_settings",
+    "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "self_signed",
+    "template_db", "test_home",
 ]
