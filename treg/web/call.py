@@ -31,8 +31,8 @@ COALESCE_MAX = 64 * 1024
 
 class RelayResponse(web.StreamResponse):
     """A StreamResponse that sends the upstream's headers as they were: it keeps an upstream
-    Content-Length on a bodyless answer (204/304, which aiohttp would drop), adds no Content-Type
-    or Server header the upstream did not send, and sends a header that is not UTF-8 as its own bytes."""
+    Content-Length on a bodyless answer (204/304, which aiohttp would drop) and adds no Content-Type
+    or Server header the upstream did not send (a header that is not UTF-8: :class:`RawHeadResponse`)."""
 
     def __init__(self, outcome: service.CallOutcome) -> None:
         super().__init__(status=outcome.status, reason=outcome.reason or None)
@@ -53,14 +53,16 @@ class RelayResponse(web.StreamResponse):
         if not o.has_server:
             h.popall(hdrs.SERVER, None)
 
+
+class RawHeadResponse(RelayResponse):
+    """A RelayResponse for an answer with a header that is not UTF-8 (latin-1 obs-text such as
+    ``caf\\xe9``): aiohttp's writer encodes header text as UTF-8 and sent ``caf\\xc3\\xa9``, so the head
+    is written again with those pairs' own bytes (every other header as aiohttp writes it, UTF-8).
+    Rare: only such an answer pays for it (:func:`handle` picks the class)."""
+
     async def _write_headers(self) -> None:
         raw = self._outcome.raw_headers
-        if not raw:
-            await super()._write_headers()
-            return
-        # an upstream header that is not UTF-8 (latin-1 obs-text such as caf\xe9): aiohttp's writer
-        # encodes header text as UTF-8 and sent caf\xc3\xa9; its head is written again here with those
-        # pairs' own bytes (everything else as aiohttp writes it: UTF-8). Rare, so only then
+        assert raw is not None
         request, writer = self._req, self._payload_writer
         assert request is not None and writer is not None
         version = request.version
@@ -205,7 +207,7 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     inp = await intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
-    resp = RelayResponse(outcome)
+    resp = RelayResponse(outcome) if outcome.raw_headers is None else RawHeadResponse(outcome)
     resp.headers.extend(outcome.headers)
     resp.headers["X-Treg-Call-Id"] = call_id
     sent = 0
