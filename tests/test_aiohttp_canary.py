@@ -12,7 +12,9 @@ or re-verify it, then update this file. What treg relies on, and where:
 * ``treg/web/call.py`` ``RelayResponse(StreamResponse)``: overrides ``async _prepare_headers()`` (called
   by ``prepare``, after aiohttp's own defaults), edits ``self._headers`` (the same object as
   ``headers``) and sets ``_send_headers_immediately = False`` to send a small answer's headers with its
-  body; catches ``aiohttp.http_exceptions.HttpProcessingError``.
+  body; its subclass ``RawHeadResponse`` overrides ``async _write_headers()`` for an answer with
+  non-UTF-8 headers (the writer's ``write_headers`` then ``_headers_buf`` replaced, ``send_headers``); catches
+  ``aiohttp.http_exceptions.HttpProcessingError``.
 * ``treg/infra/read_deadlines.py`` ``DeadlineHandler(ResponseHandler)``: overrides ``_reschedule_timeout`` and
   ``_drop_timeout`` (the only places aiohttp arms or cancels ``_read_timeout_handle``), reads
   ``_read_timeout`` and ``_loop``, and calls ``_on_read_timeout``; ``DeadlineConnector(TCPConnector)`` replaces
@@ -41,7 +43,7 @@ from yarl import URL
 
 from treg.infra.read_deadlines import DeadlineConnector, DeadlineHandler
 from treg.infra.upstream import FaithfulRequest
-from treg.web.call import RelayResponse
+from treg.web.call import RawHeadResponse, RelayResponse
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 VERIFIED_MINOR = (3, 14)
@@ -117,6 +119,26 @@ def test_stream_response_prepare_headers():
     check(isinstance(resp._headers, CIMultiDict) and resp.headers is resp._headers,
           "StreamResponse._headers (the object headers returns)", RELAY)
     assert "_prepare_headers" in RelayResponse.__dict__
+
+
+def test_stream_response_write_headers():
+    """RawHeadResponse._write_headers (an upstream's non-UTF-8 header sent as its bytes) redoes aiohttp's
+    status line, calls the writer's write_headers, then replaces the head it buffered."""
+    where = "treg/web/call.py RawHeadResponse._write_headers (non-UTF-8 answer headers)"
+    hook = getattr(web.StreamResponse, "_write_headers", None)
+    check(hook is not None and inspect.iscoroutinefunction(hook) and params(hook) == [("self", EMPTY)],
+          "async StreamResponse._write_headers(self)", where)
+    source = inspect.getsource(hook)
+    for piece in ('status_line = f"HTTP/{version[0]}.{version[1]} {self._status} {self._reason}"',
+                  "await writer.write_headers(status_line, self._headers)", "writer.send_headers()"):
+        check(piece in source, f"StreamResponse._write_headers: {piece}", where)
+    from aiohttp.http_writer import StreamWriter
+
+    check("self._headers_buf = buf" in inspect.getsource(StreamWriter.write_headers),
+          "StreamWriter.write_headers buffering the head in _headers_buf", where)
+    check("self._headers_buf" in inspect.getsource(StreamWriter.send_headers),
+          "StreamWriter.send_headers writing _headers_buf", where)
+    assert "_write_headers" in RawHeadResponse.__dict__
 
 
 def test_stream_response_send_headers_immediately():

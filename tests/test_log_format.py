@@ -15,6 +15,7 @@ from treg.infra import crypto
 SECRET = "sk_live_LOGCANARY_SECRET_4d1"
 QUERY = "QUERYCANARY_9b2"
 BODY = "BODYCANARY_77aa"
+PASSWORD = "PWCANARY_5e0"  # of a passthrough URL's user:password@ (refused, and masked in the access line)
 ACCESS_KEYS = {"call_id", "org_id", "member_id", "surface", "method", "status", "duration_ms", "client"}
 
 
@@ -38,6 +39,16 @@ def _exercise(served: Served, token: str, up_url: str) -> dict[str, str]:
                   f"X-Treg-Token: {token}\r\nConnection: close\r\n\r\n".encode())
         while s.recv(65536):
             pass
+    # a passthrough target with user:password@: refused (ambiguous_target), the access line masks it as
+    # the audit does (it was written as sent)
+    host = up_url.split("://", 1)[1]
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as s:
+        s.sendall(f"GET /call/http://user:{PASSWORD}@{host}/v1/x HTTP/1.1\r\nHost: treg\r\n"
+                  f"X-Treg-Token: {token}\r\nConnection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 400 ") and b"ambiguous_target" in reply, reply
     return {"call_id": headers["X-Treg-Call-Id"], "refused_call_id": refused["X-Treg-Call-Id"]}
 
 
@@ -47,6 +58,10 @@ def _start(tmp_path, dsn: str, fmt: str) -> tuple[dict[str, str], str]:
     init = run_treg(env, "init", "--org", "acme", "--email", "owner@acme.test")
     assert init.returncode == 0, init.stderr
     return env, json.loads(init.stdout)
+
+
+def records_of(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines()]
 
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
@@ -61,13 +76,16 @@ async def test_serve_log_lines(fmt, dsn, up, tmp_path):
     assert code == 0
     text = served.log.read_text()
     assert up.last.header("Authorization") == f"Bearer {SECRET}"  # the call did carry the secret
-    for needle in (token, SECRET, QUERY, BODY, "api_key", "treg_not_a_token"):
+    for needle in (token, SECRET, QUERY, BODY, "api_key", "treg_not_a_token", PASSWORD, "user:"):
         assert needle not in text, (needle, text)
+    masked = f"GET /call/http://[REDACTED]@{up.url.split('://', 1)[1]}/v1/x 400"
     if fmt == "text":
         assert "POST /call/up/items 200" in text
+        assert masked in text, text
         return
+    assert [r["path"] for r in records_of(text) if r.get("status") == 400] == [masked.split()[1]]
 
-    records = [json.loads(line) for line in text.splitlines()]  # every line one JSON object
+    records = records_of(text)  # every line one JSON object
     assert records and all(isinstance(r, dict) and {"ts", "level", "logger", "msg"} <= set(r) for r in records)
     assert all(r["ts"].endswith("Z") and "T" in r["ts"] for r in records)
     access = [r for r in records if r.get("call_id") == ids["call_id"]]

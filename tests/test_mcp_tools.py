@@ -204,6 +204,7 @@ async def test_catalog_call_bills_through_the_pipeline_and_replays_idempotently(
     assert sc["credential_tier"] == "platform" and sc["cost_micro"] == 2000 and sc["served_via"] == "upstream"
     assert up.last.target == "/v1/items/7?fields=all" and up.last.header("Authorization") == "Bearer pk-1"
     assert up.last.header("Idempotency-Key") != "k-1"  # the platform tier sends a digest, never the label
+    assert up.last.header_all("Accept-Encoding") == ["identity"]  # treg reads the result itself
     again = await Mcp(gw).call("catalog_call", args)
     assert again["structuredContent"]["served_via"] == "idempotent_replay"
     assert again["structuredContent"]["cost_micro"] == 0 and len(up.exchanges) == 1

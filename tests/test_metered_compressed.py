@@ -78,6 +78,33 @@ async def test_compressed_usage_answer_settles_from_usage_and_relays_the_compres
     await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
 
 
+async def test_a_caller_without_accept_encoding_sends_none_and_a_compressed_answer_still_settles(vendor, closes):
+    """treg adds no Accept-Encoding (none said "any coding" to the upstream, as it would directly); an
+    upstream that compresses anyway is relayed as it came and settles from the decoded usage."""
+    gw, up, answers = vendor
+    packed = gzip.compress(json.dumps({"choices": [], "usage": {"total_tokens": TOKENS}}).encode())
+    answers["reply"] = http_response(200, packed, [("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Content-Type", "application/json")], b"{}")
+    assert r.status == 200, r.body
+    assert up.last.header_all("Accept-Encoding") == [] and b"ccept-encoding" not in up.last.raw.lower()
+    assert r.body == packed and r.header("Content-Encoding") == "gzip"
+    assert r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+
+
+async def test_a_metered_answer_keeps_a_latin1_header_byte(vendor, closes):
+    """The metered path builds its own outcome: an upstream header that is not UTF-8 still reaches the
+    caller as its bytes (caf\\xe9, not caf\\xc3\\xa9)."""
+    gw, up, answers = vendor
+    plain = json.dumps({"choices": [], "usage": {"total_tokens": TOKENS}}).encode()
+    answers["reply"] = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Foo: caf\xe9\r\n"
+                        b"Content-Length: " + str(len(plain)).encode() + b"\r\n\r\n" + plain)
+    r = await gw.raw("POST", "/catalog/call/acme.chat", [("Content-Type", "application/json")], b"{}")
+    assert r.status == 200 and r.body == plain
+    assert b"\r\nX-Foo: caf\xe9\r\n" in r.head and r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+
+
 async def test_compressed_spooled_answer_settles_from_usage(vendor, closes):
     gw, up, answers = vendor
     image = "A" * (3 * 1024 * 1024)

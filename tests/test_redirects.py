@@ -284,11 +284,14 @@ async def test_a_key_echoed_into_location_is_masked_and_never_forwarded(world):
     _assert_clean(third, gateway)
 
 
-async def test_locations_nobody_could_fetch_are_relayed_as_they_were(world):
+async def test_locations_treg_cannot_read_strictly_are_dropped(world):
+    """A value treg cannot read as an http(s) URL every client reads alike is never relayed as it was
+    (tests/test_malformed_locations.py follows such values with real clients): the answer goes out
+    without it, the upstream's value kept in X-Treg-Upstream-Location."""
     gateway, vendor, _ = world
     r = await gateway.call("GET", "/call/llm/odd", allow_redirects=False)
     assert r.status == 302  # never a 500
-    assert r.headers.getall("Location") == ["http://[::1/broken", "myapp://done"]
+    assert "Location" not in r.headers
     # an empty Content-Location is the request's own URL: inside the tool, so a /call URL
     assert r.headers["Content-Location"] == "/call/llm/odd"
     assert r.headers.getall("X-Treg-Upstream-Location") == ["http://[::1/broken", "myapp://done"]
@@ -341,3 +344,59 @@ async def test_a_project_scoped_deny_rule_follows_the_redirect_hop(world):
     r = await asyncio.to_thread(requests.get, f"{_base(gateway)}/call/llm/away",
                                 headers={"X-Treg-Token": gateway.org["token"]}, timeout=10)
     assert r.status_code == 200 and third.exchanges
+
+
+async def test_rewritten_locations_keep_the_public_urls_path_prefix(make_app, aiohttp_client):
+    """Behind a reverse proxy that mounts treg under /treg (TREG_PUBLIC_URL https://gw.example.com/treg),
+    a rewritten Location carries the prefix (operability.md): requests follows it back through the proxy.
+    Without the prefix it resolved to the proxy's /call/…, outside treg's mount."""
+    from aiohttp import ClientSession, web
+
+    from treg.keys import SERVICES
+    from treg.testing import Gateway
+
+    def vendor_answer(ex: Exchange) -> bytes:
+        if ex.target.startswith("/inside"):
+            return _redirect(302, "/target?page=2")
+        if ex.target.startswith("/away"):
+            return _redirect(307, f"http://localhost:{vendor.port}/elsewhere")  # another host
+        return _json(200, {"target": ex.target, "auth": ex.header("authorization")})
+
+    async with raw_upstream(vendor_answer) as vendor:
+        client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), public_url="https://gw.example.com/treg/"))
+        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        sid = await gw.secret(SECRET)
+        await gw.tool("llm", vendor.url + "/", [{"location": "header", "name": "Authorization",
+                                                  "format": "Bearer {secret}", "secret_id": sid}])
+        r = await gw.call("GET", "/call/llm/inside", allow_redirects=False)
+        assert r.headers["Location"] == "/treg/call/llm/target?page=2"
+        r = await gw.call("GET", f"/call/{vendor.url}/inside", allow_redirects=False)
+        assert r.headers["Location"] == f"/treg/call/{vendor.url}/target?page=2"
+        r = await gw.call("POST", "/call/llm/away", data=b"{}", allow_redirects=False)
+        assert r.status == 307 and r.headers["Location"].startswith("/treg/redirect/")
+
+        # the proxy: /treg/<rest> → treg's /<rest>, anything else 404 (as nginx's location /treg/ would)
+        async with ClientSession(auto_decompress=False) as session:
+            async def forward(request: web.Request) -> web.Response:
+                if not request.raw_path.startswith("/treg/"):
+                    return web.Response(status=404, text="not treg")
+                headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+                async with session.request(request.method, f"http://127.0.0.1:{client.port}{request.raw_path[5:]}",
+                                           headers=headers, data=await request.read(), allow_redirects=False) as up:
+                    keep = {k: v for k, v in up.headers.items()
+                            if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+                    return web.Response(status=up.status, headers=keep, body=await up.read())
+
+            proxy_app = web.Application()
+            proxy_app.router.add_route("*", "/{tail:.*}", forward)
+            proxy = await aiohttp_client(proxy_app)
+            base = f"http://127.0.0.1:{proxy.port}/treg"
+            headers = {"X-Treg-Token": org["token"]}
+            r = await asyncio.to_thread(requests.get, f"{base}/call/llm/inside", headers=headers, timeout=10)
+            assert r.status_code == 200 and r.json() == {"target": "/target?page=2", "auth": f"Bearer {SECRET}"}
+            r = await asyncio.to_thread(requests.post, f"{base}/call/llm/away", data=b"{}", headers=headers,
+                                        timeout=10)
+            assert r.status_code == 200 and r.json() == {"target": "/elsewhere", "auth": None}
+            await proxy.close()
+        await client.close()

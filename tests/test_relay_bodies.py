@@ -4,6 +4,7 @@ before relay with clear 400s for bad or oversized encodings."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import os
@@ -230,3 +231,30 @@ async def test_encoded_body_within_the_limit_passes(small_gateway, up):
     r = await gw.raw("POST", "/call/up/q", [("X-Treg-Body-Encoding", "gzip")], gzip.compress(plain))
     assert r.status == 200, r.body
     assert up.last.body == plain
+
+
+# -- transfer codings other than chunked ---------------------------------------------------------------
+
+@pytest.mark.parametrize("te", ["gzip, chunked", "GZIP,chunked", "deflate, chunked", "identity, chunked",
+                                "x-custom, chunked"])
+async def test_a_transfer_coding_besides_chunked_is_refused_before_any_upstream_byte(gateway, up, tool, te):
+    """``Transfer-Encoding: gzip, chunked`` was forwarded as plain ``chunked``: the upstream got gzip bytes
+    with no coding named. treg refuses it instead (400 transfer_coding_unsupported), audited. (A repeated
+    header, chunked not last, or a coding without chunked never reach treg: aiohttp's parser refuses them.)"""
+    packed = gzip.compress(b'{"a": 1}')
+    r = await gateway.raw("POST", "/call/up/u", [("Transfer-Encoding", te), ("Content-Type", "application/json")],
+                          chunks=[packed[:5], packed[5:]])
+    body = assert_refused(r, 400, "transfer_coding_unsupported")
+    assert "chunked" in body["detail"]
+    assert up.exchanges == [] and up.connections == 0
+    for _ in range(250):
+        calls = await gateway.calls()
+        if calls:
+            break
+        await asyncio.sleep(0.02)
+    assert [(c["status"], c["outcome"]) for c in calls] == [(400, "refused")]
+
+
+async def test_plain_chunked_in_any_case_still_streams(gateway, up, tool):
+    r = await gateway.raw("POST", "/call/up/u", [("Transfer-Encoding", "Chunked")], chunks=[b"ab", b"cd"])
+    assert r.status == 200 and up.last.body == b"abcd"

@@ -57,6 +57,21 @@ def test_values_are_converted(tmp_path, env, value, expected):
     assert getattr(s, field) == expected
 
 
+@pytest.mark.parametrize("value,origin,prefix", [
+    ("https://gw.example.com/treg", "https://gw.example.com", "/treg"),
+    ("https://GW.example.com:443/treg/", "https://gw.example.com", "/treg"),
+    ("http://127.0.0.1:8080", "http://127.0.0.1:8080", ""), ("https://gw.example.com/", "https://gw.example.com", ""),
+    ("https://gw.example.com/a/b%20c", "https://gw.example.com", "/a/b%20c"),
+])
+def test_public_url_gives_treg_its_origin_and_path_prefix(tmp_path, value, origin, prefix):
+    from treg.origin import path_prefix, public_origin
+
+    s = load({"TREG_HOME": str(tmp_path), "TREG_PUBLIC_URL": value})
+    assert (public_origin(s), path_prefix(s)) == (origin, prefix)
+    unset = load({"TREG_HOME": str(tmp_path)})
+    assert (public_origin(unset), path_prefix(unset)) == (None, "")
+
+
 def test_empty_values_mean_unset(tmp_path):
     s = load({"TREG_HOME": str(tmp_path), "TREG_DATABASE_URL": "", "TREG_SECRET_KEY": "", "TREG_PLUGINS_DIR": "",
               "TREG_PLATFORM_KEY_X": ""})
@@ -66,6 +81,9 @@ def test_empty_values_mean_unset(tmp_path):
 @pytest.mark.parametrize("env,value", [
     ("TREG_PORT", "eighty"), ("TREG_PROXY_SSRF_CHECK", "maybe"), ("TREG_SSRF_ALLOW", "not-a-cidr"),
     ("TREG_SSRF_ALLOW", "10.0.0.0/33"), ("TREG_DB_TIMEOUT_S", "soon"), ("TREG_DB_POOL_MAX", "1.5"),
+    ("TREG_PUBLIC_URL", "gw.example.com/treg"), ("TREG_PUBLIC_URL", "ftp://gw.example.com"),
+    ("TREG_PUBLIC_URL", "https://gw.example.com/t?x=1"), ("TREG_PUBLIC_URL", "https://u:p@gw.example.com"),
+    ("TREG_PUBLIC_URL", "https://gw.example.com//treg"), ("TREG_PUBLIC_URL", "https://gw.example.com/a b"),
 ])
 def test_bad_env_values_are_config_errors(tmp_path, env, value):
     with pytest.raises(ConfigError) as info:

@@ -6,17 +6,24 @@ it), its path the prefix every URL treg builds for a browser keeps (``/treg/ui/�
 decides the session cookie's ``Secure``. Unset, the origin is the address and port the connection came
 in on. Never the request's ``Host`` header: a DNS-rebinding page or a forged request controls it.
 
-Plain Python: the dashboard, the MCP edge and anything else building or checking treg's own URLs read
-these functions, so they agree.
+Plain Python, no I/O: the dashboard, the MCP edge, the Location rewrite and the settings loader (which
+refuses at startup a ``TREG_PUBLIC_URL`` no origin or prefix can be built from) read these functions,
+so they agree.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from treg.settings import Settings
+if TYPE_CHECKING:  # the settings loader checks TREG_PUBLIC_URL with :func:`check`
+    from treg.settings import Settings
+
+#: a prefix's segments: RFC 3986 path characters, no empty segment (``//treg`` would read as a host)
+_PREFIX = re.compile(r"\A(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+)*\Z")
 
 
 def normalized_origin(value: str) -> str | None:
@@ -48,33 +55,50 @@ def origin_of_url(url: str) -> str | None:
     return normalized_origin(f"{parts.scheme}://{parts.netloc}") if parts.netloc else None
 
 
-def public_origin(settings: Settings) -> str | None:
-    """``TREG_PUBLIC_URL``'s origin; None when unset (or not an http(s) URL)."""
-    if not settings.public_url:
-        return None
-    return origin_of_url(settings.public_url)
+@lru_cache(maxsize=8)
+def _split(url: str) -> tuple[str | None, str]:
+    parts = urlsplit(url.strip())
+    return normalized_origin(f"{parts.scheme}://{parts.netloc}"), parts.path.rstrip("/")
 
 
-def path_prefix(settings: Settings) -> str:
-    """``TREG_PUBLIC_URL``'s path without its trailing ``/`` (``/treg``), ``""`` when there is none: what
-    every path treg hands a browser starts with (the proxy strips it before treg sees the request)."""
-    if not settings.public_url:
-        return ""
+def check(url: str) -> str:
+    """``url`` when it can be treg's public URL (an http(s) origin, optionally a path; no query,
+    fragment or user-info), else ValueError saying why (the settings loader's ``bad_setting``)."""
     try:
-        path = urlsplit(settings.public_url.strip()).path
-    except ValueError:
-        return ""
-    return path.rstrip("/")
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 (a ValueError for a bad port)
+    except ValueError as exc:
+        raise ValueError(f"{url!r} is not a URL: {exc}") from exc
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        raise ValueError(f"{url!r}: a public URL has no query, fragment or user-info")
+    origin, prefix = _split(url)
+    if origin is None:
+        raise ValueError(f"{url!r} is not an http(s) URL with a host, such as https://gw.example.com/treg")
+    if not _PREFIX.match(prefix):
+        raise ValueError(f"{url!r}: its path must be plain segments, such as /treg")
+    return url.strip()
 
 
-def public_https(settings: Settings) -> bool:
+def public_origin(settings: "Settings") -> str | None:
+    """treg's public origin (``scheme://host[:port]``), None when ``TREG_PUBLIC_URL`` is unset."""
+    return _split(settings.public_url)[0] if settings.public_url else None
+
+
+def path_prefix(settings: "Settings") -> str:
+    """The path a reverse proxy mounts treg under (``/treg``; ``""`` at the root or unset): every path
+    treg hands out (a dashboard link, a rewritten ``Location``) is ``path_prefix(settings) + "/…"``, the
+    proxy stripping it before treg sees the request."""
+    return _split(settings.public_url)[1] if settings.public_url else ""
+
+
+def public_https(settings: "Settings") -> bool:
     """Whether treg's own origin is https: a proxy terminating TLS speaks plain http to treg, and the
     browser is on https all the same."""
     origin = public_origin(settings)
     return origin is not None and origin.startswith("https://")
 
 
-def own_origins(settings: Settings, sockname: Any) -> set[str]:
+def own_origins(settings: "Settings", sockname: Any) -> set[str]:
     """treg's own origin: ``TREG_PUBLIC_URL``'s when set, else the address and port the connection came
     in on (with ``localhost`` and ``127.0.0.1`` for a loopback address) — never the request's Host header,
     which a DNS-rebinding page controls."""

@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import urlsplit
 
+from treg import origin
 from treg.errors import ConfigError
 
 
@@ -249,27 +248,14 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-#: TREG_PUBLIC_URL's path: RFC 3986 segments, none empty (``//x`` in a Location reads as a host)
-_URL_PATH = re.compile(r"(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+)*/?")
-
-
-def _public_url(text: str) -> str:
-    """An http(s) URL with a host and at most a path: nothing a browser's origin or a path prefix could not
-    be built from (a query, a fragment or userinfo there is a typo, refused at startup)."""
-    parts = urlsplit(text)
-    parts.port  # noqa: B018 (a ValueError for a bad port)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
-            or "@" in parts.netloc or not _URL_PATH.fullmatch(parts.path):
-        raise ValueError(f"expected http(s)://host[:port][/path] (the path plain segments), got {text!r}")
-    return text
-
-
 def _convert(name: str, kind: str, raw: Any) -> Any:
     try:
         if kind == "path":
             return Path(str(raw)).expanduser() if str(raw) else None
         if kind == "secret":
             return SecretStr(str(raw)) if str(raw) else None
+        if kind == "url":  # treg's own public URL (treg/origin.py)
+            return origin.check(str(raw)) if str(raw).strip() else None
         if kind == "bool":
             if isinstance(raw, bool):
                 return raw
@@ -289,8 +275,6 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             if text not in choices:
                 raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
             return text
-        if kind == "url":
-            return _public_url(str(raw).strip()) if str(raw).strip() else None
         if kind in ("list", "cidrs"):
             items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
             items = tuple(str(i).strip() for i in items if str(i).strip())

@@ -9,8 +9,16 @@ change). So no ``Location`` or ``Content-Location`` leaves treg pointing at an u
 * anywhere else (a relative value resolved against the upstream URL first) → ``/redirect/<opaque>``,
   which relays to that URL with no credential at all (:func:`redirect_target`).
 
-Both are path-absolute (``/call/…``, ``/redirect/…``): every client resolves that against the URL it
-just asked, i.e. treg's own origin, whatever host name or port the caller reached treg by.
+Both are path-absolute (``/call/…``, ``/redirect/…``, after the path prefix of ``TREG_PUBLIC_URL``
+behind a reverse proxy): every client resolves that against the URL it just asked, i.e. treg's own
+origin, whatever host name or port the caller reached treg by.
+
+A value is rewritten only when treg reads it exactly as every client would (:mod:`treg.uri_grammar`,
+an allow-list); any other value (another scheme, a user-info part, a spelling such as
+``http://x[@evil/`` or ``http:////evil`` that httpx, curl, requests or urllib read as a URL on another
+host) is dropped: the answer goes out without that header, the upstream's value kept (masked) in
+``X-Treg-Upstream-Location``, which no client follows. Nothing the upstream wrote is ever relayed as a
+``Location`` as it was.
 
 The opaque value is self-contained, so any treg process holding the master key serves it: AES-256-GCM
 under a key derived from the master key for this purpose only (HKDF-SHA256, info ``treg-redirect``),
@@ -28,18 +36,20 @@ import os
 import time
 from dataclasses import replace
 from typing import Callable, Iterable
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from treg import uri_grammar
 from treg.call.target import parse_rest
 from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.context import Services
 from treg.errors import NotFound
 from treg.frozen import frozen_value
+from treg.origin import path_prefix
 from treg.tenancy import Identity
 
 #: relayed header → the treg header that keeps the upstream's own value (upstream X-Treg-* never pass)
@@ -148,32 +158,37 @@ def _within_tool(tool: ToolRef, url: str) -> str | None:
 
 
 def treg_location(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget, value: str,
-                  mask: Callable[[str], str], ttl_s: int) -> str:
-    """The treg URL a relayed ``Location``/``Content-Location`` value becomes."""
-    try:
-        # relative to what the caller asked for (never the sent URL: it may carry an injected key)
-        absolute = mask(urljoin(target.full_url, value.strip()))
-        url, hash_, fragment = absolute.partition("#")
-        parts = urlsplit(url)
-    except ValueError:  # a broken IPv6 literal: no client can follow it either
-        return mask(value)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        return mask(value)  # nothing treg (or an HTTP client) could fetch: no credential can follow it
+                  mask: Callable[[str], str], ttl_s: int) -> str | None:
+    """The treg URL a relayed ``Location``/``Content-Location`` value becomes, or None: the value is
+    dropped. Only a value the strict grammar of :mod:`treg.uri_grammar` reads (an http(s) URL or a
+    relative reference every client reads alike) is rewritten; anything else — a spelling some client
+    would read as another host (``http://x[@evil/``, ``http:////evil``, ``http:/evil``), another scheme
+    (``ftp:``, ``javascript:``, ``myapp:``), a user-info part — never reaches the caller as a
+    ``Location`` at all, so no client can follow it with its treg token (the upstream's value stays
+    in ``X-Treg-Upstream-Location``, which no client follows)."""
+    # relative to what the caller asked for (never the sent URL: it may carry an injected key)
+    resolved = uri_grammar.resolve(target.full_url, value.strip(" \t"))
+    if resolved is None:
+        return None
+    absolute = mask(resolved)
+    url, hash_, fragment = absolute.partition("#")
+    prefix = path_prefix(svc.settings)  # behind a reverse proxy, its path prefix (operability.md)
     if target.tool is not None and inp.surface != "redirect":
         named = _within_tool(target.tool, url)
         if named is not None:
             if inp.surface == "call" and parse_rest(inp.rest)[0] == "url":
-                return "/call/" + absolute  # the caller's passthrough form
-            return named + hash_ + fragment
+                return prefix + "/call/" + absolute  # the caller's passthrough form
+            return prefix + named + hash_ + fragment
     grant = RedirectGrant(ident.org_id, ident.member_id, url, inp.call_id, int(time.time()) + ttl_s,
                           target.project_id)
-    return "/redirect/" + seal(svc, grant) + hash_ + fragment
+    return prefix + "/redirect/" + seal(svc, grant) + hash_ + fragment
 
 
 def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget,
                       headers: Iterable[tuple[str, str]], mask: Callable[[str], str]) -> list[tuple[str, str]]:
-    """The relayed headers with every ``Location``/``Content-Location`` pointing into treg, and the
-    upstream's own values (injected credentials masked) in treg's ``X-Treg-Upstream-*`` headers."""
+    """The relayed headers with every ``Location``/``Content-Location`` pointing into treg (or dropped:
+    :func:`treg_location`), and the upstream's own values (injected credentials masked) in treg's
+    ``X-Treg-Upstream-*`` headers."""
     out: list[tuple[str, str]] = []
     kept: list[tuple[str, str]] = []
     ttl_s = svc.settings.redirect_ttl_s
@@ -182,6 +197,8 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
         if keep is None:
             out.append((k, v))
             continue
-        out.append((k, treg_location(svc, ident, inp, target, v, mask, ttl_s)))
+        rewritten = treg_location(svc, ident, inp, target, v, mask, ttl_s)
+        if rewritten is not None:
+            out.append((k, rewritten))
         kept.append((keep, mask(v)))
     return out + kept

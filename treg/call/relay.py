@@ -176,10 +176,11 @@ async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> 
 
 
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
+    # the caller's headers as sent: no Accept-Encoding is added (one the caller did not send says "any
+    # coding" to the upstream, as it would have directly; the relay passes the coded bytes through, and
+    # the metered and archive paths decode or skip them: treg/call/encodings.py). Where treg reads an
+    # answer itself (a routed call's children, an MCP tool result) its input asks for identity
     headers = CIMultiDict(hdr.request_headers(inp.headers))
-    if "accept-encoding" not in headers:
-        # we relay raw bytes; a caller that asked for no compression must not get any
-        headers["Accept-Encoding"] = "identity"
     for k, v in target.extra_headers:
         headers[k] = v
     out = OutgoingRequest(headers=headers, query=list(target.query))

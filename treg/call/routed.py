@@ -53,6 +53,7 @@ ROUTED_TO = "X-Treg-Routed-To"
 #: the caller's headers a child does not send: treg reads the child's answer itself, so it asks for
 #: the identity encoding (the caller's Accept-Encoding is about treg's own answer)
 _NOT_FOR_CHILDREN = frozenset({"accept-encoding"})
+IDENTITY = ("Accept-Encoding", "identity")
 #: a stored routed answer's headers that belong to the original call, not to its replay
 _NOT_REPLAYED = frozenset({"x-treg-call-id", "x-treg-cost-micro", "x-treg-idempotent-replay", "content-length"})
 
@@ -125,7 +126,7 @@ def child_input(inp: CallInput, endpoint_id: str, closes: DeferredCloses) -> Cal
     """The routed call's request as a call of one child: the same method, query, body, caller and tag,
     resolved as ``/catalog/call/<child>``, its hold left to ``closes``."""
     return replace(inp, call_id=new_id("call"), rest=endpoint_id, form="catalog", parent_call_id=inp.call_id,
-                   headers=tuple((k, v) for k, v in inp.headers if k.lower() not in _NOT_FOR_CHILDREN),
+                   headers=(*((k, v) for k, v in inp.headers if k.lower() not in _NOT_FOR_CHILDREN), IDENTITY),
                    deferred=closes)
 
 

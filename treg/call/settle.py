@@ -104,7 +104,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     names = {k.lower() for k, _ in resp.headers}
     return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body(),
                        close=(spooled.close if spooled is not None else (lambda: None)), finish=finish,
-                       content_length=length, has_content_type="content-type" in names, has_server="server" in names)
+                       content_length=length, has_content_type="content-type" in names, has_server="server" in names,
+                       raw_headers=resp.raw_headers)
 
 
 def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -138,4 +139,4 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
     cl = index.get("content-length")
     return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),
                        int(cl) if cl and cl.strip().isdigit() else None, "content-type" in index, "server" in index,
-                       resp.whole)
+                       resp.whole, resp.raw_headers)

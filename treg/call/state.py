@@ -17,7 +17,7 @@ from treg.call.types import CallInput, ResolvedTarget
 from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
-from treg.infra.upstream import UpstreamResponse
+from treg.infra.upstream import RawHeaders, UpstreamResponse
 from treg.tenancy import Identity
 
 
@@ -39,6 +39,8 @@ class CallOutcome:
     has_server: bool = True
     #: the whole body, when it is already in hand (``body`` yields the same bytes)
     whole: bytes | None = field(default=None, repr=False)
+    #: the upstream's headers that are not UTF-8, by their text pair: the edge sends their raw bytes
+    raw_headers: RawHeaders | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)

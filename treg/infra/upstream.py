@@ -12,6 +12,7 @@ import asyncio
 import logging
 from contextvars import ContextVar
 from dataclasses import field
+from types import MappingProxyType
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
 import aiohttp
@@ -102,13 +103,23 @@ def header_text(raw: bytes) -> str:
         return raw.decode("latin-1")
 
 
-def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[tuple[str, str], ...], bool]:
-    """Raw header pairs as text (see :func:`header_text`), and whether all of them were UTF-8."""
+#: the raw bytes of an answer's headers that are not UTF-8, by their text pair; None: all are UTF-8
+RawHeaders = Mapping[tuple[str, str], tuple[bytes, bytes]]
+
+
+def header_pairs(raw: Iterable[tuple[bytes, bytes]]) -> tuple[tuple[tuple[str, str], ...], RawHeaders | None]:
+    """Raw header pairs as text (see :func:`header_text`), and the raw bytes of each pair that is not
+    UTF-8, by its text (None: all are), so the edge can send those bytes on unchanged."""
     raw = tuple(raw)
     try:
-        return tuple([(k.decode(), v.decode()) for k, v in raw]), True  # the usual case, in one pass
+        return tuple([(k.decode(), v.decode()) for k, v in raw]), None  # the usual case, in one pass
     except UnicodeDecodeError:
-        return tuple([(header_text(k), header_text(v)) for k, v in raw]), False
+        pairs = tuple([(header_text(k), header_text(v)) for k, v in raw])
+        kept = {}
+        for pair, (k, v) in zip(pairs, raw):
+            if pair[0].encode() != k or pair[1].encode() != v:
+                kept[pair] = (k, v)
+        return pairs, MappingProxyType(kept)
 
 
 @frozen_value
@@ -156,6 +167,8 @@ class UpstreamResponse:
     index: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: the whole body when it had all arrived with the head (``body`` then replays it); None: it streams
     whole: bytes | None = field(default=None, repr=False)
+    #: the raw bytes of the headers that are not UTF-8, by their text pair (:func:`header_pairs`)
+    raw_headers: RawHeaders | None = field(default=None, repr=False)
 
     def close(self, *, complete: bool = False) -> None:
         self.closer.close(complete=complete)
@@ -266,13 +279,15 @@ async def send(session: "aiohttp.ClientSession | NotServing", req: UpstreamReque
     finally:
         _EXACT_HEADERS.reset(exact)
     closer = CloseOnce(resp)
-    headers, _ = header_pairs(resp.raw_headers)
+    headers, raw = header_pairs(resp.raw_headers)
     content = resp.content
     if content.is_eof() and content.exception() is None:
         # the whole body came with the head (small answers, HEAD, 204/304): take what already arrived,
         # nothing is waited for, and skip the stream machinery (docs/performance.md)
         whole = content.read_nowait()
         closer.close(complete=True)
-        return UpstreamResponse(resp.status, resp.reason or "", headers, _replay(whole), closer, resp.headers, whole)
+        return UpstreamResponse(resp.status, resp.reason or "", headers, _replay(whole), closer, resp.headers, whole,
+                                raw)
     # positional (status, reason, headers, body, closer, index): one is built per call
-    return UpstreamResponse(resp.status, resp.reason or "", headers, _iterate(resp, closer), closer, resp.headers)
+    return UpstreamResponse(resp.status, resp.reason or "", headers, _iterate(resp, closer), closer, resp.headers,
+                            None, raw)

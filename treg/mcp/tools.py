@@ -242,6 +242,9 @@ def _headers(value: Any) -> list[tuple[str, str]]:
 def _input(ctx: CallerContext, call_id: str, *, method: str, rest: str, raw_query: str,
            headers: list[tuple[str, str]], body: bytes | None, form: str | None,
            idempotency_key: str | None) -> CallInput:
+    # treg reads the answer itself (a tool result is text for the model): it asks for the identity
+    # encoding, as a routed call's children do (the relay adds no Accept-Encoding of its own)
+    headers = [(k, v) for k, v in headers if k.lower() != "accept-encoding"] + [("Accept-Encoding", "identity")]
     return CallInput(call_id=call_id, surface="mcp", method=method, rest=rest, raw_query=raw_query,
                      headers=tuple(headers), token=ctx.token, org_hint=ctx.org_hint, body=body,
                      content_length=None if body is None else len(body), tag=ctx.tag,

@@ -14,6 +14,7 @@ binds to 127.0.0.1 only. One module per concern; every name is importable from h
 * ``nginx``     — ``Nginx``, Debian's nginx in front of a treg: TLS with a throwaway certificate, a path
   prefix, the location block docs/operations.md gives (these two are imported as modules:
   ``from treg.testing import nginx``).
+* ``tls``       — ``self_signed()``, a throwaway certificate for an https ``RawUpstream``.
 """
 
 from treg.testing.client import RawReply, raw_exchange, raw_request_bytes, read_reply
@@ -23,11 +24,12 @@ from treg.testing.dns import FakeDns
 from treg.testing.gateway import Gateway
 from treg.testing.providers import ProviderPlugin, example_provider
 from treg.testing.settings import make_settings
+from treg.testing.tls import SelfSigned, self_signed
 from treg.testing.upstreams import Exchange, RawUpstream, Responder, http_response, raw_upstream
 
 __all__ = [
-    "Exchange", "FakeDns", "Gateway", "ProviderPlugin", "RawReply", "RawUpstream", "Responder", "base_dsn",
-    "drop_template", "dsn_for", "example_provider", "fresh_database", "http_response", "make_settings",
-    "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "template_db",
-    "test_home",
+    "Exchange", "FakeDns", "Gateway", "ProviderPlugin", "RawReply", "RawUpstream", "Responder", "SelfSigned",
+    "base_dsn", "drop_template", "dsn_for", "example_provider", "fresh_database", "http_response", "make_settings",
+    "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "self_signed",
+    "template_db", "test_home",
 ]

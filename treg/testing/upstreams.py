@@ -53,6 +53,8 @@ class RawUpstream:
 
     responder: Responder | None = None
     exchanges: list[Exchange] = field(default_factory=list)
+    #: a server SSLContext (treg.testing.tls): the upstream speaks https
+    ssl: Any = None
     connections: int = 0
     #: connections the client closed while idle (between requests)
     peer_closes: int = 0
@@ -65,10 +67,10 @@ class RawUpstream:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl is not None else 'http'}://127.0.0.1:{self.port}"
 
     async def start(self) -> "RawUpstream":
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.ssl)
         return self
 
     async def close(self) -> None:
@@ -145,8 +147,8 @@ class RawUpstream:
 
 
 @contextlib.asynccontextmanager
-async def raw_upstream(responder: Responder | None = None) -> AsyncIterator[RawUpstream]:
-    up = RawUpstream(responder)
+async def raw_upstream(responder: Responder | None = None, *, ssl: Any = None) -> AsyncIterator[RawUpstream]:
+    up = RawUpstream(responder, ssl=ssl)
     await up.start()
     try:
         yield up

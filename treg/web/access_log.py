@@ -30,6 +30,8 @@ from aiohttp.abc import AbstractAccessLogger
 
 from treg import logs
 from treg.web import forwarded
+from treg.call.evidence import MASK
+from treg.call.target import mask_userinfo
 
 #: at most this many access lines are formatted in one batch: a bound on memory between two timer
 #: flushes, and on how long one batch holds the loop (docs/performance.md, round 4)
@@ -56,6 +58,9 @@ def logged_path(raw_path: str) -> str:
     path = raw_path.partition("?")[0]
     if not path.startswith("/"):  # absolute-form (GET http://user:pw@treg/call/...): its path only
         path = "/" + path.split("://", 1)[-1].partition("/")[2]
+    if "@" in path and path.startswith("/call/"):
+        # a passthrough target's user:password@ (refused, ambiguous_target): masked as the audit masks it
+        return "/call/" + mask_userinfo(path[6:], MASK)
     return "/redirect/…" if path.startswith("/redirect/") else path
 
 
