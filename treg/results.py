@@ -31,7 +31,7 @@ ROW_KEYS = frozenset({"endpoint", "hit", "miss", "admit_misses"})
 #: the predicates, one per rule: ``nonempty``/``empty`` take ``true``; ``equals`` a JSON scalar;
 #: ``in`` a non-empty list of JSON scalars
 PREDICATES = ("nonempty", "empty", "equals", "in")
-_PATH = re.compile(r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$")
+_PATH = re.compile(r"\A[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*\Z")
 _MISSING = MISSING
 
 
@@ -122,7 +122,7 @@ def _rule(raw: Any, where: str, bad: Any) -> Rule | None:
     if unknown:
         bad(where, f"unknown keys {unknown}; a rule is a path and one of {', '.join(PREDICATES)}")
         return None
-    if not isinstance(path, str) or not _PATH.match(path):
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
         bad(f"{where}.path", f"{path!r} must be a dotted path into the JSON answer (list items by index: a.0.b)")
         return None
     if len(ops) != 1:

@@ -27,9 +27,9 @@ from treg.infra.db import Tx
 from treg.infra.schema import members, projects, secrets, tools
 from treg.tenancy import Identity, changes, missing_ids, refuse_unknown_fields, require_manager
 
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
+_TOOL_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
-_SETTING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+_SETTING_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,127}\Z")
 TOOL_FIELDS = ("name", "base_url", "bindings", "project_id", "allowed_member_ids")
 TOOL_COLUMNS = (tools.c.id, tools.c.name, tools.c.base_url, tools.c.host, tools.c.bindings, tools.c.project_id,
                 tools.c.allowed_member_ids, tools.c.created_at, tools.c.updated_at)
@@ -147,7 +147,7 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
         _check_format(where, fmt)
         if bool(item.get("secret_id")) == bool(item.get("platform_setting")):
             raise BadRequest(f"{where} needs exactly one of secret_id and platform_setting", code="invalid_binding")
-        if item.get("platform_setting") and not _SETTING_NAME.match(item["platform_setting"]):
+        if item.get("platform_setting") and not _SETTING_NAME.fullmatch(item["platform_setting"]):
             raise BadRequest(f"{where}.platform_setting must be a setting name such as TREG_PLATFORM_ADS_TOKEN",
                              code="invalid_binding")
         if item.get("platform_setting") and not platform_setting_allowed(svc, item["platform_setting"]):
@@ -209,7 +209,7 @@ async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> No
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise BadRequest("a tool needs a non-empty name", code="invalid_name")
-    if not _TOOL_NAME.match(name):
+    if not _TOOL_NAME.fullmatch(name):
         raise BadRequest("a tool name is up to 200 characters of letters, digits, '.', '_', '~' and '-' "
                          "(it is the first path segment of /call/<name>/…)", code="invalid_name")
     return name
