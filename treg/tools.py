@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import string
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import and_, delete, func, insert, select, update
 
@@ -60,10 +60,41 @@ def parse_base_url(raw: Any) -> tuple[str, str, str]:
         raise BadRequest("base_url has no host", code="invalid_base_url")
     if len(parts.hostname) > 253:  # the longest DNS name; the host column is sized for it
         raise BadRequest("base_url's host is longer than 253 characters", code="invalid_base_url")
+    _check_host_text(parts.netloc, parts.hostname)
     if parts.fragment:
         raise BadRequest("base_url cannot carry a #fragment", code="invalid_base_url")
     del port
     return url, host_of(url), parts.hostname
+
+
+#: WHATWG URL's forbidden domain code points (C0 controls, space, DEL and ``# % / : < > ? @ [ \\ ] ^ |``):
+#: a host holding one, even percent-encoded, names no host any client can dial, and some parsers read
+#: another host or a path out of it (``%40`` as user-info, ``%2F`` as the path, ``\\`` as ``/``)
+_NOT_IN_HOST = frozenset("\x00\t\n\r #%/:<>?@[\\]^|\x7f") | frozenset(map(chr, range(0x20)))
+
+
+def _check_host_text(netloc: str, hostname: str) -> None:
+    """400 for a base URL whose host no call could use: a ``\\`` anywhere in the authority (WHATWG
+    parsers read it as ``/``: ``http://a.example\\@b.example/`` is ``a.example`` to a browser and
+    ``b.example`` to Python), or a host that, percent-decoded (repeatedly, as the SSRF check reads it),
+    holds a forbidden domain code point. An IPv6 literal is the URL parser's to check."""
+    if "\\" in netloc:
+        raise BadRequest("base_url's authority holds a backslash, which URL parsers disagree on (a browser "
+                         "reads it as '/')", code="invalid_base_url")
+    if netloc.rpartition("@")[2].startswith("["):
+        return
+    host = hostname
+    for _ in range(4):
+        decoded = unquote(host, errors="surrogateescape")
+        if decoded == host:
+            break
+        host = decoded
+    # a surrogate escape: a byte that is not UTF-8 (``%ff``), no name either
+    bad = sorted({c for c in host if c in _NOT_IN_HOST or 0xDC80 <= ord(c) <= 0xDCFF})
+    if bad:
+        shown = ", ".join(repr(c) if c.isprintable() and c != " " else f"U+{ord(c):04X}" for c in bad)
+        raise BadRequest(f"base_url's host holds {shown} (as written or percent-encoded), which no host "
+                         "name can hold; no call to it could work", code="invalid_base_url")
 
 
 async def check_ssrf(svc: Services, hostname: str) -> None:
