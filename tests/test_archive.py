@@ -227,11 +227,12 @@ async def test_the_key_holds_no_credential(world):
 
 
 def test_key_material_leaves_out_binding_targets():
-    from treg.archive.policy import archive_key, key_material
+    from treg.archive.policy import CredentialRef, archive_key, key_material
     from treg.bindings import Binding
 
     binds = (Binding("query", "api_key", platform_setting="TREG_PLATFORM_KEY_PEOPLE"), Binding("json", "token"))
-    base = dict(endpoint_id="people.find", method="POST", org_id="org_1", bindings=binds)
+    base = dict(endpoint_id="people.find", method="POST", org_id="org_1", bindings=binds,
+                credential=CredentialRef.of("platform"))
     a = key_material(query=[("q", "x"), ("b", "2")], body=b'{"name": "n", "token": "tok-secret"}', **base)
     b = key_material(query=[("b", "2"), ("api%5Fkey", "qk-secret"), ("q", "x")], body=b'{"token": "t2", "name": "n"}',
                      **base)
@@ -243,7 +244,7 @@ def test_key_material_leaves_out_binding_targets():
                              **{**base, "org_id": "org_2"})
     assert archive_key(other_org) != archive_key(a)
     # without a JSON binding the body's bytes are hashed as sent
-    plain = dict(endpoint_id="people.find", method="POST", org_id=None)
+    plain = dict(endpoint_id="people.find", method="POST", org_id=None, credential=CredentialRef.of("platform"))
     assert key_material(query=[], body=b'{"a":1}', **plain) != key_material(query=[], body=b'{"a": 1}', **plain)
 
 

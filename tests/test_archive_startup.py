@@ -179,3 +179,22 @@ def test_an_archived_row_may_not_be_an_async_submission_or_act_on_an_owned_objec
             build(data)
         assert any(p.field == "archive" and "never archived" in p.message for p in info.value.problems), \
             info.value.problems
+
+
+@pytest.mark.parametrize("utility", ["vidgen.tasks.get", "vidgen.files.get"])
+def test_an_archive_on_an_async_poll_or_fetch_stops_startup(tmp_path, dsn, utility):
+    """A poll answered from the archive would read a stale status (a fetch is streamed, never stored):
+    the row is refused at startup, naming the plugin, the row and the field."""
+    from async_vendor import PLUGIN
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    row = f'{{{{"id": "{utility}", '
+    source = PLUGIN.replace(row, row + '"archive": {{"ttl_s": 60}}, ')
+    assert source != PLUGIN
+    (folder / "vidgen.py").write_text(source.format(base_url="https://vidgen.example/v1"))
+    with pytest.raises(CatalogError) as err:
+        create_app(testing.make_settings(tmp_path / "home", plugins_dir=folder), dsn=dsn)
+    assert [(p.plugin, p.row, p.field) for p in err.value.problems] == [
+        ("dir:vidgen.py", f"endpoint {utility!r}", "archive")]
+    assert "never archived" in err.value.problems[0].message

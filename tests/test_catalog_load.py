@@ -338,7 +338,7 @@ def test_the_built_in_providers_load_through_entry_points():
     assert edits.status == "retired" and edits.superseded_by == "openai.chat.completions.create"
     assert reg.get("openai.images.generate").price.kind == "table"
     assert reg.get("open-meteo.geocoding.search").host == "https://geocoding-api.open-meteo.com/v1"
-    sources = {impl.plugin_name for impl in pm.hook.treg_register_providers.get_hookimpls()}
+    sources = {impl.plugin_name for impl in pm.impls("treg_register_providers")}
     assert {"providers-github", "providers-llm", "providers-weather"} <= sources
 
 

@@ -6,7 +6,6 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from treg import plugins
 from treg.context import Services
 from treg.factory import build_services
 from treg.infra.db import Database
@@ -16,7 +15,7 @@ from treg.settings import Settings
 
 async def open_services(dsn: str, settings: Settings, *, maxsize: int = 10) -> Services:
     db = await Database(dsn, minsize=1, maxsize=maxsize, timeout=30.0).open()
-    return build_services(settings, db, pm=plugins.create_manager(None))
+    return build_services(settings, db)
 
 
 async def check_books(svc: Services, org_id: str) -> dict[str, Any]:

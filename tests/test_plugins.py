@@ -46,7 +46,7 @@ def test_builtin_injectors_load_through_the_entry_point_group():
     assert loaded["injectors"].hooks == ("treg_register_injectors",)
     assert set(plugins.collect_injectors(pm)) >= {"header", "query", "json"}
     # the built-in is trylast, so any plugin's injector for its location is collected first
-    impls = pm.hook.treg_register_injectors.get_hookimpls()
+    impls = pm.impls("treg_register_injectors")
     assert [i.trylast for i in impls if i.plugin_name == "injectors"] == [True]
 
 

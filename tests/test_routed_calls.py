@@ -231,6 +231,40 @@ async def test_every_child_failing_is_a_502_route_exhausted_and_nothing_is_charg
     assert detail["error_code"] == "route_exhausted" and detail["cost_micro"] == 0
 
 
+async def test_every_child_refusing_the_callers_own_input_blames_the_caller(routed):
+    """A required parameter missing: every child the caller could call refused it (400), the one it has
+    no tier for was skipped: the caller must act, and ``reasons`` say what each child wanted."""
+    gw, v = routed
+    r = await gw.call("GET", "/catalog/call/treg.people.find")
+    body = await r.json()
+    assert r.status == 502 and body["error"] == "route_exhausted" and body["blame"] == "caller", body
+    assert r.headers["X-Treg-Cost-Micro"] == "0"
+    assert body["attempts"] == [{"endpoint": "alpha.find", "status": 400, "error": "invalid_parameters"},
+                                {"endpoint": "gamma.find", "status": None, "error": "no_credential"},
+                                {"endpoint": "beta.find", "status": 400, "error": "invalid_parameters"}]
+    reasons = body["reasons"]
+    assert [(x["endpoint"], x["error"], x["blame"]) for x in reasons] == [
+        ("alpha.find", "invalid_parameters", "caller"), ("gamma.find", "no_credential", "caller"),
+        ("beta.find", "invalid_parameters", "caller")]
+    assert "'q'" in reasons[0]["detail"] and "'q'" in body["detail"]
+    assert not any(up.exchanges for up in v.ups.values())
+    await assert_money(gw, 0)
+
+
+async def test_a_route_with_one_upstream_failure_still_blames_the_upstream(routed):
+    gw, v = routed
+    # alpha refused for a caller reason (a deny rule), beta's vendor failing: not the caller's alone
+    await gw.api("POST", "/api/v1/deny-rules", json={"host": f"127.0.0.1:{v.ups['alpha'].port}"}, expect=201)
+    v.status["beta"] = 503
+    r = await gw.call("GET", ROUTED)
+    body = await r.json()
+    assert r.status == 502 and body["error"] == "route_exhausted" and body["blame"] == "upstream", body
+    assert [(x["endpoint"], x["error"], x["blame"]) for x in body["reasons"]] == [
+        ("alpha.find", "denied_by_rule", "caller"), ("gamma.find", "no_credential", "caller"),
+        ("beta.find", "upstream_error", "upstream")]
+    await assert_money(gw, 0)
+
+
 async def test_the_idempotency_key_is_the_routed_calls(routed):
     gw, v = routed
     v.status["alpha"] = 500

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import typing
+from pathlib import Path
 
 import aiohttp
 import aiopg
@@ -21,7 +23,10 @@ from treg.call.relay import OrgSecrets
 from treg.call.types import CallRecord
 from treg.call.injection import InjectionPlan
 from treg.context import AuditSink, NullAuditWriter, Services
-from treg.errors import NotFound
+from treg.errors import GatewayFailed, NotFound
+from treg.infra.dns import NullResolver, VettingResolver
+from treg.infra.upstream import NotServing
+from treg.metrics import Metrics
 
 
 def test_services_has_no_extras_and_every_component_is_typed():
@@ -37,11 +42,44 @@ def test_services_has_no_extras_and_every_component_is_typed():
     assert all(typing.get_type_hints(Caches)[f.name] == OrgCache[typing.Any] for f in dataclasses.fields(Caches))
 
 
+def test_no_component_of_services_is_optional():
+    """Every field is always set: a component a process may run without is a null object, never None."""
+    hints = typing.get_type_hints(Services, globalns=vars(context),
+                                  localns={"OrgSecrets": OrgSecrets, "CallRecord": CallRecord, "aiohttp": aiohttp,
+                                           "InjectionPlan": InjectionPlan})
+    optional = [name for name, hint in hints.items() if type(None) in typing.get_args(hint) or hint is type(None)]
+    assert optional == []
+    assert hints["client"] == hints["aggregator_client"] == aiohttp.ClientSession | NotServing
+    assert hints["resolver"] == VettingResolver | NullResolver and hints["metrics"] is Metrics
+
+
+def test_no_use_site_asks_whether_a_component_of_services_is_there():
+    root = Path(context.__file__).resolve().parent
+    fields = "|".join(f.name for f in dataclasses.fields(Services))
+    asks = re.compile(rf"\b(svc|services)\.({fields}) (is|is not|==|!=) None\b")
+    found = [f"{path.relative_to(root.parent)}:{n}" for path in sorted(root.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if asks.search(line)]
+    assert found == []
+
+
 async def test_services_built_for_domain_use_have_null_components(svc):
     """The tests' services (and the CLI's: the same factory) run no listener and no writer."""
     assert all(isinstance(cache, NullCache) for cache in svc.caches)
     assert isinstance(svc.audit, NullAuditWriter) and not svc.audit.batches_token_touch
     assert isinstance(svc.platform_redactors, OrgSecrets) and isinstance(svc.spool_budget, SpoolBudget)
+    assert isinstance(svc.metrics, Metrics)
+    # nothing upstream: both sessions and the resolver refuse to send or dial, naming why
+    assert isinstance(svc.client, NotServing) and isinstance(svc.aggregator_client, NotServing)
+    assert isinstance(svc.resolver, NullResolver)
+    for refuse in (lambda: svc.client.request("GET", "https://api.example.com/"),
+                   lambda: svc.aggregator_client.request("POST", "https://relay.example/v1/run")):
+        with pytest.raises(GatewayFailed) as info:
+            refuse()
+        assert info.value.code == "shutting_down" and info.value.status == 502
+    with pytest.raises(GatewayFailed) as info:
+        await svc.resolver.vet("api.example.com")
+    assert info.value.code == "shutting_down"
+    assert await svc.resolver.addresses("api.example.com") == []  # registration leaves it to the call-time guard
     org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
     # no batching writer: authenticate notes the token's use at once, and nothing is cached
     ident = await tenancy.authenticate(svc, org["token"], None)
@@ -55,6 +93,12 @@ async def test_a_serving_gateway_has_live_components(gateway):
     svc = gateway.services
     assert all(type(cache) is OrgCache and cache.enabled for cache in svc.caches)
     assert isinstance(svc.audit, AuditWriter) and svc.audit.batches_token_touch
+    assert isinstance(svc.client, aiohttp.ClientSession) and isinstance(svc.aggregator_client, aiohttp.ClientSession)
+    assert isinstance(svc.resolver, VettingResolver) and isinstance(svc.metrics, Metrics)
+    await gateway.client.close()
+    # stopped: the null objects are back, so a late send is refused instead of meeting a closed session
+    assert isinstance(svc.client, NotServing) and isinstance(svc.aggregator_client, NotServing)
+    assert isinstance(svc.resolver, NullResolver) and isinstance(svc.audit, NullAuditWriter)
 
 
 async def test_null_cache_always_misses_and_always_loads():

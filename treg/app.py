@@ -1,8 +1,9 @@
 """The application factory: one aiohttp app, its resources in ``cleanup_ctx`` (no singletons).
 
-Order of startup: plugins (and the catalog they declare) are loaded and validated when the app is
-built, so a bad plugin stops treg before it listens; then the database (embedded or configured) is
-migrated and its pool opened; then the one shared upstream ``ClientSession``.
+Order of startup: plugins and every registry they declare (:func:`treg.startup.invoke_startup`: the
+injectors, aggregators, catalog, capacity signatures, result classifiers) are loaded and validated
+when the app is built, so a bad plugin or row stops treg before it listens; then the database
+(embedded or configured) is migrated and its pool opened; then the one shared upstream ``ClientSession``.
 """
 
 from __future__ import annotations
@@ -13,21 +14,18 @@ from typing import Any, AsyncIterator, Iterable
 
 from aiohttp import web
 
-from treg import plugins, tool_urls
-from treg.capacity.signatures import load_signatures
-from treg.catalog.load import load_catalog, warn_unknown_anonymous
+import treg.startup
+from treg import tool_urls
+from treg.catalog.load import warn_unknown_anonymous
 from treg.factory import build_services
 from treg.infra import crypto, dns, migrate, upstream
-from treg.overflow.aggregator import collect_aggregators
 from treg.infra.database_url import resolve_dsn
 from treg.infra.db import Database
 from treg.keys import CLIENT, SERVICES, SETTINGS
-from treg.metrics import Metrics
 from treg.settings import Settings
 from treg.call import capacity_stage, overflow_stage, runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.archive import store as archive_store
-from treg.results import load_classifiers
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
@@ -43,21 +41,14 @@ COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.set
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
-    pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins)
-    injectors = plugins.collect_injectors(pm)
-    # the catalog is validated before anything else starts: a bad row raises CatalogError (a ConfigError)
-    aggregators = collect_aggregators(pm)  # before the catalog: endpoint rows' overflow routes name them
-    catalog = load_catalog(pm, injectors, aggregators)
-    warn_unknown_anonymous(catalog, settings)
-    # capacity signatures name catalog providers: validated right after it, a bad row stops startup too
-    signatures = load_signatures(pm, catalog)
-    classifiers = load_classifiers(pm, catalog)  # rows name catalog endpoints: a bad row stops startup too
+    # every registry, validated before anything else starts: a bad plugin or row raises a ConfigError
+    startup = treg.startup.invoke_startup(settings, extra_plugins=extra_plugins)
+    warn_unknown_anonymous(startup.catalog, settings)
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
     box = crypto.load_box(settings)
-    state: dict[str, Any] = {"pm": pm, "injectors": injectors, "box": box}
-    metrics = Metrics()  # this app's own registry (two apps in one process never share one)
+    state: dict[str, Database] = {}
 
     async def database_ctx(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
@@ -70,14 +61,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         await db.close()
 
     async def services_ctx(app: web.Application) -> AsyncIterator[None]:
-        svc = build_services(settings, state["db"], pm=pm, injectors=injectors, box=box, catalog=catalog)
+        svc = build_services(settings, state["db"], startup=startup, box=box)
         app[SERVICES] = svc
-        svc.metrics = metrics
-        metrics.bind(svc.db)
-        # the call pipeline classifies platform-tier answers with the signatures (treg/call/capacity_stage.py)
-        svc.capacity_signatures = signatures
-        svc.aggregators = aggregators
-        svc.result_classifiers = classifiers
         closers = []
         for setup in COMPONENTS:
             closer = await setup(app, svc)
@@ -87,6 +72,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         svc.client = session
         app[CLIENT] = session
         yield
+        svc.client = upstream.NotServing()  # a call still arriving is refused, never sent on a closed session
         for closer in reversed(closers):
             await closer()
         await session.close()

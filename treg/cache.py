@@ -130,7 +130,8 @@ class NullCache(OrgCache[T]):
 
 @dataclass(frozen=True)
 class Caches:
-    """The per-org caches of one process: who a token is, an org's tools, deny rules and secret rows.
+    """The per-org caches of one process: who a token is, an org's tools, deny rules and secret rows;
+    and one not of an org, the async jobs' utilities (tagged :data:`treg.jobs.store.UTILITIES_TAG`).
 
     :meth:`off` (null caches) until the call runtime installs real ones with their listener."""
 
@@ -138,6 +139,7 @@ class Caches:
     tools: OrgCache[Any]
     deny: OrgCache[Any]
     secrets: OrgCache[Any]
+    jobs: OrgCache[Any]
 
     @classmethod
     def off(cls) -> "Caches":
@@ -148,13 +150,13 @@ class Caches:
         return cls(*(OrgCache(name, ttl_s) for name in cls.NAMES))
 
     def __iter__(self) -> Iterator[OrgCache[Any]]:
-        return iter((self.identity, self.tools, self.deny, self.secrets))
+        return iter((self.identity, self.tools, self.deny, self.secrets, self.jobs))
 
     def drop_org(self, org_id: str) -> None:
         for cache in self:
             cache.drop_org(org_id)
 
-    NAMES: ClassVar[tuple[str, ...]] = ("identity_cache", "tools_cache", "deny_cache", "secrets_cache")
+    NAMES: ClassVar[tuple[str, ...]] = ("identity_cache", "tools_cache", "deny_cache", "secrets_cache", "jobs_cache")
 
 
 class ChangeListener:

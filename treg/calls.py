@@ -7,20 +7,32 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, case, func, or_, select
 
 from treg.context import Services
 from treg.errors import BadRequest, NotFound
-from treg.infra.schema import calls
+from treg.infra.schema import calls, holds
 from treg.jobs import store as job_store
 from treg.tenancy import Identity
 
+# An async submission's row is written when its answer leaves, its hold still open; the job's polls
+# (or the reaper) close the hold later. Its cost and hold state are therefore read from the hold, live,
+# by every reader (the list, one call, Activity): the same expressions, so they never disagree.
+_job_hold = holds.alias("job_hold")
+_JOB_HELD = and_(calls.c.kind == "async_submit", _job_hold.c.id.isnot(None))
+#: the FROM of every audit read: the calls, and a submission's hold (the hold's id is its call's id)
+CALLS_FROM = calls.outerjoin(_job_hold, and_(_job_hold.c.id == calls.c.id, _job_hold.c.org_id == calls.c.org_id,
+                                             calls.c.kind == "async_submit"))
+COST = case((_JOB_HELD, case((_job_hold.c.state == "settled", _job_hold.c.settled_micro), else_=0)),
+            else_=calls.c.cost_micro).label("cost_micro")
+HOLD_STATE = case((_JOB_HELD, _job_hold.c.state), else_=calls.c.hold_state).label("hold_state")
+
 LIST_COLUMNS = (calls.c.id.label("call_id"), calls.c.created_at, calls.c.method, calls.c.target, calls.c.status,
-                calls.c.outcome, calls.c.refused_by, calls.c.credential_tier, calls.c.cost_micro,
+                calls.c.outcome, calls.c.refused_by, calls.c.credential_tier, COST,
                 calls.c.duration_ms, calls.c.kind)
 DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.upstream_url, calls.c.tool_id,
                                  calls.c.tool_name, calls.c.provider, calls.c.endpoint_id, calls.c.error_code,
-                                 calls.c.blame, calls.c.hold_state, calls.c.tag, calls.c.request_bytes,
+                                 calls.c.blame, HOLD_STATE, calls.c.tag, calls.c.request_bytes,
                                  calls.c.response_bytes, calls.c.ttfb_ms, calls.c.failure_kind,
                                  calls.c.parent_call_id, calls.c.result_state, calls.c.cache_state)
 MAX_LIMIT = 500
@@ -51,7 +63,7 @@ async def list_calls(svc: Services, ident: Identity, limit_text: str | None,
         raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}", code="invalid_limit")
     where_kind = _kind_filter(kind)
     await _flush(svc)
-    q = select(*LIST_COLUMNS).where(calls.c.org_id == ident.org_id, where_kind)
+    q = select(*LIST_COLUMNS).select_from(CALLS_FROM).where(calls.c.org_id == ident.org_id, where_kind)
     if not ident.is_manager:
         q = q.where(calls.c.member_id == ident.member_id)
     async with svc.db.tx() as tx:
@@ -61,14 +73,14 @@ async def list_calls(svc: Services, ident: Identity, limit_text: str | None,
 async def get_call(svc: Services, ident: Identity, call_id: str) -> dict[str, Any]:
     await _flush(svc)
     cols = DETAIL_COLUMNS + ((calls.c.error_request, calls.c.error_response) if ident.is_manager else ())
-    q = select(*cols).where(and_(calls.c.org_id == ident.org_id, calls.c.id == call_id))
+    q = select(*cols).select_from(CALLS_FROM).where(and_(calls.c.org_id == ident.org_id, calls.c.id == call_id))
     if not ident.is_manager:
         q = q.where(calls.c.member_id == ident.member_id)
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(q)
     if row is None:
         raise NotFound("no such call visible to you", code="call_not_found")
-    row.update(await job_store.call_detail(svc, ident.org_id, call_id))  # an async submission: its job, live
+    row.update(await job_store.call_detail(svc, ident.org_id, call_id))  # an async submission: its job
     row["overflow"] = await _overflow_of(svc, ident, call_id)
     return row
 
@@ -86,7 +98,7 @@ async def _overflow_of(svc: Services, ident: Identity, call_id: str) -> dict[str
 
 #: what the dashboard's Activity page shows per row (the list columns plus what its status column names)
 PAGE_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.tool_name, calls.c.provider,
-                               calls.c.endpoint_id, calls.c.error_code, calls.c.hold_state)
+                               calls.c.endpoint_id, calls.c.error_code, HOLD_STATE)
 OUTCOMES = ("ok", "upstream_error", "refused", "gateway_failed", "stream_error", "cancelled", "replayed")
 
 
@@ -140,8 +152,8 @@ async def page_calls(svc: Services, ident: Identity, f: CallFilter) -> tuple[lis
     if f.before:
         when, call_id = _parse_cursor(f.before)
         where += [calls.c.created_at <= when, or_(calls.c.created_at < when, calls.c.id < call_id)]
-    q = (select(*PAGE_COLUMNS).where(and_(*where)).order_by(calls.c.created_at.desc(), calls.c.id.desc())
-         .limit(f.limit + 1))
+    q = (select(*PAGE_COLUMNS).select_from(CALLS_FROM).where(and_(*where))
+         .order_by(calls.c.created_at.desc(), calls.c.id.desc()).limit(f.limit + 1))
     async with svc.db.tx() as tx:
         rows = await tx.fetch_all(q)
     more = len(rows) > f.limit

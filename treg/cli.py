@@ -34,22 +34,22 @@ def _progress(label: str) -> Callable[[int, int], None]:
 
 async def _with_services(settings: Settings, fn: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
     """Run ``fn(services)`` with a migrated database and no HTTP server (operator commands)."""
-    from treg import plugins
+    import treg.startup
     from treg.factory import build_services
     from treg.infra import crypto, migrate
     from treg.infra.database_url import resolve_dsn
     from treg.infra.db import Database
 
-    # plugins and the key first, as `treg serve` does: a bad plugin is reported before any database work
-    pm = plugins.create_manager(settings.plugins_dir)
-    injectors = plugins.collect_injectors(pm)
+    # plugins, their registries and the key first, as `treg serve` does: a bad plugin or row is
+    # reported before any database work, and the command runs with the registries serve runs with
+    startup = treg.startup.invoke_startup(settings)
     box = crypto.load_box(settings)
     loop = asyncio.get_running_loop()
     dsn = await loop.run_in_executor(None, resolve_dsn, settings)
     await loop.run_in_executor(None, migrate.upgrade, dsn)
     db = await Database(dsn, minsize=1, maxsize=2).open()
     try:
-        svc = build_services(settings, db, pm=pm, injectors=injectors, box=box)
+        svc = build_services(settings, db, startup=startup, box=box)
         return await fn(svc)
     finally:
         await db.close()
@@ -178,7 +178,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_plugins(args: argparse.Namespace, settings: Settings) -> int:
     from treg import plugins
 
-    pm = plugins.create_manager(settings.plugins_dir)
+    pm = plugins.create_manager(settings.plugins_dir, trace=settings.trace_plugins)
     injectors = plugins.collect_injectors(pm)
     rows = [{"name": p.name, "source": p.source, "hooks": list(p.hooks)} for p in plugins.describe(pm)]
     if args.json:
@@ -192,19 +192,12 @@ def cmd_plugins(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     """List the catalog every plugin declares, validating it as startup does (exit 1 when invalid)."""
-    from treg import plugins
+    import treg.startup
     from treg.catalog.errors import CatalogError
     from treg.catalog.ladder import offer_tier
-    from treg.catalog.load import load_catalog
 
-    from treg.capacity.signatures import load_signatures
-    from treg.results import load_classifiers
-
-    pm = plugins.create_manager(settings.plugins_dir)
-    try:
-        registry = load_catalog(pm, plugins.collect_injectors(pm))
-        load_signatures(pm, registry)  # signature rows are validated as startup does, right after the catalog
-        load_classifiers(pm, registry)  # so are result classifiers
+    try:  # validated as startup does: the catalog, then the signature and classifier rows naming it
+        registry = treg.startup.invoke_startup(settings).catalog
     except CatalogError as exc:
         if args.json:
             _print_json({"valid": False, "problems": [p.to_json() for p in exc.problems]})

@@ -3,9 +3,9 @@ the CLI and the tests alike (no import-time singletons, nothing looked up by nam
 
 Plain-Python stages (management operations, the call pipeline) take a :class:`Services` and never
 touch aiohttp's request objects, so tests can drive them without HTTP. Every component is a typed
-field that is always set: what a process may run without (caches, the batching audit writer) is a
-null object there, so no use site asks whether it is on (docs/architecture.md, "Services instead
-of singletons").
+field that is always set: what a process may run without (caches, the batching audit writer, the
+upstream sessions, the resolver) is a null object there, so no use site asks whether it is on
+(docs/architecture.md, "Services instead of singletons").
 """
 
 from __future__ import annotations
@@ -13,22 +13,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol
 
-import pluggy
-
 from treg.bindings import Binding, Injector
 from treg.cache import Caches
 from treg.call.metered import SpoolBudget
 from treg.catalog.registry import CatalogRegistry
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
-from treg.infra.dns import VettingResolver
+from treg.infra.dns import NullResolver, VettingResolver
 from treg.infra.ssrf import SsrfPolicy
+from treg.infra.upstream import NotServing
 from treg.memo import BoundedMemo
 from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
+from treg.plugins import PluginHost
 from treg.results import ClassifierRegistry
 from treg.settings import Settings
 
@@ -74,8 +74,19 @@ class Services:
     settings: Settings
     db: Database
     box: SecretBox
-    pm: pluggy.PluginManager
+    #: the loaded plugins; call-time hooks go through treg.plugins.call_hook on it
+    pm: PluginHost
+    # -- what the plugins registered: one treg.startup.Startup, collected once (treg/startup.py) -----
     injectors: Mapping[str, Injector]
+    #: the validated endpoint catalog (treg.catalog)
+    catalog: CatalogRegistry
+    #: overflow aggregators by name (treg.overflow)
+    aggregators: Mapping[str, Aggregator]
+    #: how vendors say treg's account is out (treg.capacity)
+    capacity_signatures: SignatureRegistry
+    #: result classifiers by endpoint id (treg.results)
+    result_classifiers: ClassifierRegistry
+    # -----------------------------------------------------------------------------------------------
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: OrgSecrets
@@ -85,12 +96,14 @@ class Services:
     lock_view: LockView
     #: platform-tier call spacing per provider, in this process (treg.capacity.spacer)
     spacer: Spacer
-    #: the one shared upstream ClientSession (set by the app's cleanup context)
-    client: "aiohttp.ClientSession | None" = None
-    #: resolver used for SSRF checks (treg.infra.dns.VettingResolver), when running
-    resolver: VettingResolver | None = None
-    #: the validated endpoint catalog (treg.catalog), built by the app factory before anything starts
-    catalog: CatalogRegistry = field(default_factory=CatalogRegistry.empty)
+    #: this process's Prometheus metrics (treg.metrics), fed where each audit row is queued
+    metrics: Metrics
+    #: the one shared upstream ClientSession, opened by the app's cleanup context; until then (and in a
+    #: process that serves no calls) the null session, which refuses every send
+    client: "aiohttp.ClientSession | NotServing" = field(default_factory=NotServing)
+    #: the resolver of SSRF checks and of the upstream connector (treg.infra.dns, an app component);
+    #: the null resolver until it starts
+    resolver: VettingResolver | NullResolver = field(default_factory=NullResolver)
     #: per-org caches: null caches until the call runtime installs live ones (treg.call.runtime)
     caches: Caches = field(default_factory=Caches.off)
     #: finished calls and token uses: the batching writer while serving, else the null writer
@@ -100,14 +113,6 @@ class Services:
     #: provider id → (its auth bindings, their compiled injection plan), compiled once per provider
     provider_plans: BoundedMemo[str, tuple[tuple[Binding, ...], InjectionPlan]] = field(
         default_factory=lambda: BoundedMemo(256))
-    #: the app's Prometheus metrics (treg.metrics), fed where each audit row is queued; None outside a server
-    metrics: Metrics | None = None
-    #: how vendors say treg's account is out (treg.capacity), collected once at startup
-    capacity_signatures: SignatureRegistry = field(default_factory=SignatureRegistry.empty)
-    #: overflow aggregators by name (treg.overflow), collected once at startup
-    aggregators: Mapping[str, Aggregator] = field(default_factory=dict)
-    #: result classifiers by endpoint id (treg.results), collected once at startup
-    result_classifiers: ClassifierRegistry = field(default_factory=ClassifierRegistry.empty)
     #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
-    #: hosts, plain JSON exchanges, not the faithful upstream session
-    aggregator_client: "aiohttp.ClientSession | None" = None
+    #: hosts, plain JSON exchanges, not the faithful upstream session; the null session until it opens
+    aggregator_client: "aiohttp.ClientSession | NotServing" = field(default_factory=NotServing)

@@ -159,16 +159,16 @@ def check_master_key(settings: Settings, db: _Db) -> Check:
 
 
 def check_plugins(settings: Settings) -> Check:
+    import treg.startup
     from treg import plugins
-    from treg.catalog.load import load_catalog
 
     name = "plugins loaded"
-    try:
-        pm = plugins.create_manager(settings.plugins_dir)
-        catalog = load_catalog(pm, plugins.collect_injectors(pm))
+    try:  # every registry, as `treg serve` collects it
+        startup = treg.startup.invoke_startup(settings)
     except TregError as exc:
         return Check(name, False, f"{exc.detail}: fix or remove the plugin (`treg plugins`, `treg catalog`)")
-    return Check(name, True, f"{len(plugins.describe(pm))} plugin(s), {len(catalog.providers)} provider(s)")
+    return Check(name, True, f"{len(plugins.describe(startup.pm))} plugin(s), "
+                             f"{len(startup.catalog.providers)} provider(s)")
 
 
 def check_ssrf(settings: Settings) -> Check:

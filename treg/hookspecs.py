@@ -4,7 +4,8 @@ Conventions (the same as pytest's and Datasette's):
 
 * every hook is named ``treg_…`` and implemented with ``@treg.hookimpl``;
 * ``treg_register_*`` hooks run once at startup and return objects (or lists of them); treg collects
-  them into a frozen registry and refuses to start on a duplicate name;
+  them into a frozen registry (all of them in one place, :func:`treg.startup.invoke_startup`) and
+  refuses to start on a duplicate name;
 * pluggy calls hooks synchronously. No hook here is a coroutine and none uses ``firstresult`` on async
   work: the objects a registration hook returns carry the async methods;
 * each hook declares its failure policy once, here, with :func:`spec`: a ``CONTAINED`` hook's

@@ -1,8 +1,13 @@
-"""The plugin manager: load built-ins, entry points and ``TREG_PLUGINS_DIR``, then collect registries.
+"""The plugin manager: load built-ins, entry points and ``TREG_PLUGINS_DIR``; call their hooks.
 
 Load order: treg's own entry points (the built-ins in ``plugins/``, installed as ``treg_plugins``),
 third-party entry points of the ``treg`` group, then ``*.py`` files in ``TREG_PLUGINS_DIR`` (sorted).
 A plugin that fails to import stops startup with its name; treg never runs half-configured.
+
+:func:`create_manager` returns a :class:`PluginHost`: pluggy's manager, kept private, with what treg
+knows about its plugins (where each came from, how often a contained hook failed, whether calls are
+traced). :func:`call_hook` is the only way to call a hook. What the ``treg_register_*`` hooks return is
+collected once by :func:`treg.startup.invoke_startup`, never hung on the manager.
 """
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ import importlib.metadata
 import importlib.util
 import logging
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any, Iterable, Mapping
 
 import pluggy
@@ -26,6 +32,8 @@ from treg.errors import ConfigError
 from treg.hookspecs import CONTAINED, policy_of
 
 log = logging.getLogger(__name__)
+#: one line per hook implementation called, when ``TREG_TRACE_PLUGINS`` is on
+trace_log = logging.getLogger(__name__ + ".trace")
 
 GROUP = "treg"
 DISTRIBUTION = "treg"
@@ -54,6 +62,43 @@ class HookResult:
     value: Any
     #: the implementation was ``trylast`` (an overridable built-in)
     trylast: bool
+
+
+class PluginHost:
+    """The loaded plugins of one process: pluggy's manager (private: every hook call goes through
+    :func:`call_hook`), where each plugin came from, and the count of each contained failure.
+
+    ``trace`` (``TREG_TRACE_PLUGINS``): :func:`call_hook` logs every implementation it calls with its
+    plugin and time, never the arguments or the answer (an observer's event, a request's values)."""
+
+    def __init__(self, pm: pluggy.PluginManager, sources: Mapping[str, str], *, trace: bool = False) -> None:
+        self._pm = pm
+        self.sources: Mapping[str, str] = MappingProxyType(dict(sources))
+        self.trace = trace
+        #: (plugin, hook, exception type) -> how many times a contained hook failed that way
+        self.contained_failures: dict[tuple[str, str, str], int] = {}
+        # hook -> (its spec's arguments, its implementations in call order): every plugin is registered
+        # by now and none later, so this is read once instead of on every call of a call-path hook
+        self._calls: dict[str, tuple[frozenset[str], tuple[pluggy.HookImpl, ...]]] = {}
+        for name in hookspecs.hook_names():
+            caller = getattr(pm.hook, name)
+            args = caller.spec.argnames if caller.spec is not None else ()
+            # pluggy calls the last-registered first
+            self._calls[name] = (frozenset(args), tuple(reversed(caller.get_hookimpls())))
+
+    def impls(self, name: str) -> list[pluggy.HookImpl]:
+        """The implementations of hook ``name``, in registration order (pluggy calls the last first)."""
+        return getattr(self._pm.hook, name).get_hookimpls()
+
+    def calls(self, name: str) -> tuple[frozenset[str], tuple[pluggy.HookImpl, ...]]:
+        """(the spec's argument names, the implementations in call order) of hook ``name``."""
+        return self._calls[name]
+
+    def names_and_plugins(self) -> list[tuple[str, Any]]:
+        return self._pm.list_name_plugin()
+
+    def hooks_of(self, plugin: Any) -> tuple[str, ...]:
+        return tuple(sorted(h.name for h in self._pm.get_hookcallers(plugin) or []))
 
 
 @dataclass(frozen=True)
@@ -88,8 +133,10 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
-def create_manager(plugins_dir: Path | None = None, extra: Iterable[Any] = ()) -> pluggy.PluginManager:
-    """A ``PluginManager`` named ``treg`` with every plugin loaded (``extra``: objects for tests)."""
+def create_manager(plugins_dir: Path | None = None, extra: Iterable[Any] = (), *,
+                   trace: bool = False) -> PluginHost:
+    """Every plugin loaded into a pluggy manager named ``treg`` (``extra``: objects for tests);
+    ``trace``: log each hook call (``TREG_TRACE_PLUGINS``)."""
     pm = pluggy.PluginManager(GROUP)
     pm.add_hookspecs(hookspecs)
     sources: dict[str, str] = {}
@@ -125,10 +172,7 @@ def create_manager(plugins_dir: Path | None = None, extra: Iterable[Any] = ()) -
         raise ConfigError(f"plugin {pm.get_name(exc.plugin)!r} implements a hook treg does not have: {exc}",
                           code="plugin_failed") from exc
     _refuse_wrappers(pm)
-    pm.treg_sources = sources  # type: ignore[attr-defined]
-    #: (plugin, hook, exception type) -> how many times a contained hook failed that way
-    pm.treg_contained_failures = {}  # type: ignore[attr-defined]
-    return pm
+    return PluginHost(pm, sources, trace=trace)
 
 
 def _refuse_wrappers(pm: pluggy.PluginManager) -> None:
@@ -142,44 +186,52 @@ def _refuse_wrappers(pm: pluggy.PluginManager) -> None:
                                   code="plugin_failed")
 
 
-def has_impls(pm: pluggy.PluginManager, name: str) -> bool:
+def has_impls(pm: PluginHost, name: str) -> bool:
     """Whether any plugin implements hook ``name`` (lets a caller skip building arguments nobody reads)."""
-    return bool(getattr(pm.hook, name).get_hookimpls())
+    return bool(pm.calls(name)[1])
 
 
-def call_hook(pm: pluggy.PluginManager, name: str, /, **kwargs: Any) -> list[HookResult]:
+def call_hook(pm: PluginHost, name: str, /, **kwargs: Any) -> list[HookResult]:
     """Call every plugin's implementation of hook ``name`` and return their answers, in pluggy's order.
 
     pluggy's calling convention is kept: the caller passes exactly the spec's arguments, by name, and
     each implementation receives the subset it declares; ``tryfirst``/``trylast`` order the calls.
     The hook's declared policy (:func:`treg.hookspecs.policy_of`) decides what an exception does:
     CONTAINED logs it once per (plugin, exception type) and skips that plugin; FAIL_CLOSED raises
-    :class:`PluginFailed` naming the plugin.
+    :class:`PluginFailed` naming the plugin. With ``pm.trace``, each implementation called is logged
+    (hook, plugin, milliseconds, returned or raised which exception type), nothing of its values.
     """
     policy = policy_of(name)
-    caller = getattr(pm.hook, name)
-    expected = caller.spec.argnames if caller.spec is not None else ()
-    if set(kwargs) != set(expected):
-        raise TypeError(f"{name} takes {expected}, called with {tuple(kwargs)}")
+    expected, impls = pm.calls(name)
+    if kwargs.keys() != expected:
+        raise TypeError(f"{name} takes {tuple(sorted(expected))}, called with {tuple(kwargs)}")
     out: list[HookResult] = []
-    for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last-registered first
+    for impl in impls:
+        started = time.perf_counter() if pm.trace else 0.0
         try:
             value = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
         except Exception as exc:
+            if pm.trace:
+                _trace(name, impl.plugin_name, started, f"raised {type(exc).__name__}")
             if policy is CONTAINED:
                 _log_contained(pm, impl.plugin_name, name, exc)
                 continue
             raise PluginFailed(impl.plugin_name, name, f"the hook raised {type(exc).__name__}: {exc}") from exc
+        if pm.trace:
+            _trace(name, impl.plugin_name, started, "returned")
         out.append(HookResult(impl.plugin_name, value, impl.trylast))
     return out
 
 
-def _log_contained(pm: pluggy.PluginManager, plugin: str, hook: str, exc: Exception) -> None:
+def _trace(hook: str, plugin: str, started: float, ended: str) -> None:
+    # names and a time only: a hook's arguments and answers carry call values (events, endpoints' rows)
+    trace_log.info("hook %s: plugin %r %s in %.3f ms", hook, plugin, ended, (time.perf_counter() - started) * 1000)
+
+
+def _log_contained(pm: PluginHost, plugin: str, hook: str, exc: Exception) -> None:
     # the exception's message is not logged: an observer may have put the event's values into it.
     # Type and stack locate the bug; logging every repeat would flood the log on every call.
-    failures = getattr(pm, "treg_contained_failures", None)
-    if failures is None:
-        failures = pm.treg_contained_failures = {}  # type: ignore[attr-defined]
+    failures = pm.contained_failures
     key = (plugin, hook, type(exc).__name__)
     failures[key] = failures.get(key, 0) + 1
     if failures[key] > 1:
@@ -190,9 +242,9 @@ def _log_contained(pm: pluggy.PluginManager, plugin: str, hook: str, exc: Except
               stack.rstrip())
 
 
-def contained_failures(pm: pluggy.PluginManager) -> dict[tuple[str, str, str], int]:
+def contained_failures(pm: PluginHost) -> dict[tuple[str, str, str], int]:
     """How often each (plugin, hook, exception type) failed in a contained hook."""
-    return dict(getattr(pm, "treg_contained_failures", {}))
+    return dict(pm.contained_failures)
 
 
 def _register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
@@ -202,16 +254,12 @@ def _register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
         raise ConfigError(f"plugin {name!r} cannot be registered: {exc}", code="plugin_failed") from exc
 
 
-def describe(pm: pluggy.PluginManager) -> list[LoadedPlugin]:
-    sources = getattr(pm, "treg_sources", {})
-    out = []
-    for name, plugin in pm.list_name_plugin():
-        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or []))
-        out.append(LoadedPlugin(name, sources.get(name, "?"), hooks))
-    return out
+def describe(pm: PluginHost) -> list[LoadedPlugin]:
+    return [LoadedPlugin(name, pm.sources.get(name, "?"), pm.hooks_of(plugin))
+            for name, plugin in pm.names_and_plugins()]
 
 
-def collect_injectors(pm: pluggy.PluginManager) -> Mapping[str, Injector]:
+def collect_injectors(pm: PluginHost) -> Mapping[str, Injector]:
     """Injectors by location. Hook results arrive in call order: ``trylast`` built-ins come last, so a
     plugin's injector for a built-in location wins; two non-builtin injectors for one location stop
     startup. The built-in locations (:data:`ESSENTIAL_INJECTORS`) must be served: without them every
@@ -244,7 +292,7 @@ def collect_injectors(pm: pluggy.PluginManager) -> Mapping[str, Injector]:
     return {loc: inj for loc, (inj, _, _) in found.items()}
 
 
-def spool_evidence_paths(pm: pluggy.PluginManager, endpoint: Any) -> list[str]:
+def spool_evidence_paths(pm: PluginHost, endpoint: Any) -> list[str]:
     """Evidence paths plugins ask to keep from a spooled answer (contained: a failing plugin is skipped,
     a non-string path is ignored)."""
     paths: list[str] = []

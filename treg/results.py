@@ -18,12 +18,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-import pluggy
-
 from treg.catalog.errors import CatalogError, Problem
 from treg.jsonpath import MISSING, dig
 from treg.catalog.registry import CatalogRegistry
-from treg.plugins import PluginFailed, call_hook
+from treg.plugins import PluginFailed, PluginHost, call_hook
 
 HOOK = "treg_register_result_classifiers"
 HIT, MISS, UNKNOWN = "hit", "miss", "unknown"
@@ -207,7 +205,7 @@ def build_classifiers(declared: Iterable[tuple[str, Any]], catalog: CatalogRegis
     return ClassifierRegistry(out)
 
 
-def load_classifiers(pm: pluggy.PluginManager, catalog: CatalogRegistry) -> ClassifierRegistry:
+def load_classifiers(pm: PluginHost, catalog: CatalogRegistry) -> ClassifierRegistry:
     """Every plugin's classifiers, validated against ``catalog`` (startup; raises :class:`CatalogError`)."""
     try:
         results = call_hook(pm, HOOK)

@@ -77,6 +77,9 @@ class Settings:
         "TREG_DNS_NAMESERVERS", (), "comma-separated `ip` or `ip:port` the upstream resolver asks instead of the system's",
         "list")
     plugins_dir: Path | None = _setting("TREG_PLUGINS_DIR", None, "a folder whose `*.py` files are loaded as plugins", "path")
+    trace_plugins: bool = _setting(
+        "TREG_TRACE_PLUGINS", False, "`1`: log every plugin hook call with its plugin and time (never its values)",
+        "bool")
     host: str = _setting("TREG_HOST", "127.0.0.1", "address `treg serve` listens on")
     port: int = _setting("TREG_PORT", 8080, "port `treg serve` listens on", "int")
     log_level: str = _setting("TREG_LOG_LEVEL", "INFO", "logging level (DEBUG, INFO, WARNING, ERROR)")

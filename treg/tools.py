@@ -112,12 +112,10 @@ async def check_ssrf(svc: Services, hostname: str) -> None:
         loop = svc.ssrf.refused(ssrf.LOOPBACK)
         refused = loop if len(loop) == len(ssrf.LOOPBACK) else []
     else:
-        addrs = []
-        if svc.resolver is not None:
-            try:
-                addrs = await svc.resolver.addresses(name)
-            except Exception:  # unresolvable now: the call-time guard decides later
-                addrs = []
+        try:  # a process that dials nothing has the null resolver: no address, as for an unresolvable name
+            addrs = await svc.resolver.addresses(name)
+        except Exception:  # unresolvable now: the call-time guard decides later
+            addrs = []
         if ssrf.site_local_name(name):
             if not addrs or not all(svc.ssrf.exempt(a) for a in addrs):
                 raise Unprocessable(f"base_url's host {name} is a special-use name (*.local, *.internal) that "

@@ -4,10 +4,13 @@
                 "repeat_price_micro": 500, "scope": "org" | "global"}
 
 The key is a SHA-256 digest of the endpoint, the method, the caller's query as sorted pairs, a hash
-of the body, and the org (``scope: org``; ``global`` leaves the org out, sharing answers across orgs).
-It never holds a credential: the query pairs and body fields an injection binding writes are left out
-(whatever the caller put there is overwritten before the vendor sees it), and what treg injects is
-never part of the caller's request, which is all the key is made from.
+of the body, the org (``scope: org``; ``global`` leaves the org out of a platform-tier entry, sharing
+answers across orgs) and the credential that fetched the answer, by tier and id (:class:`CredentialRef`:
+``own`` + the tool and its secrets, ``team`` + the secret, ``platform``): an answer one credential
+fetched is never served to a call whose ladder picked another. It never holds a credential's value: the
+query pairs and body fields an injection binding writes are left out (whatever the caller put there is
+overwritten before the vendor sees it), and what treg injects is never part of the caller's request,
+which is all the key is made from besides the credential's tier and id.
 """
 
 from __future__ import annotations
@@ -106,8 +109,34 @@ def _body_digest(body: bytes, json_fields: frozenset[str]) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
+@dataclass(frozen=True)
+class CredentialRef:
+    """Which credential fetched (or would fetch) an answer: its tier and its id, never its value.
+
+    ``own``: ``tool:<tool id>`` and the ``secret:<id>`` of each secret its bindings inject (a tool
+    re-bound to another account's secret is another credential); ``team``: ``secret:<id>``;
+    ``platform``: no id (treg's one key per provider). A connection (OAuth) will be
+    ``connection:<id>`` on the own or team tier."""
+
+    tier: str
+    id: str | None = None
+
+    @classmethod
+    def of(cls, tier: str, *, tool_id: str | None = None, secret_ids: Iterable[str] = (),
+           connection_id: str | None = None) -> "CredentialRef":
+        if tier == "platform":
+            return cls("platform")
+        parts = [f"tool:{tool_id}"] if tool_id is not None else []
+        parts += [f"connection:{connection_id}"] if connection_id is not None else []
+        parts += [f"secret:{s}" for s in sorted(set(secret_ids))]
+        # an own or team call always names its credential; none named would make every such call one key
+        if not parts:
+            raise ValueError(f"a {tier}-tier archive key needs the credential's id")
+        return cls(tier, ",".join(parts))
+
+
 def key_material(*, endpoint_id: str, method: str, query: Iterable[tuple[str, str | None]], body: bytes,
-                 org_id: str | None, bindings: Iterable[Binding] = ()) -> bytes:
+                 org_id: str | None, credential: CredentialRef, bindings: Iterable[Binding] = ()) -> bytes:
     """What the key is the digest of (kept apart from :func:`archive_key` so tests can read it)."""
     bindings = tuple(bindings)
     query_names = frozenset(b.name for b in bindings if b.location == "query")
@@ -115,7 +144,8 @@ def key_material(*, endpoint_id: str, method: str, query: Iterable[tuple[str, st
     pairs = sorted((k, "" if v is None else v, v is None) for k, v in query
                    if unquote_plus(k) not in query_names)
     return json.dumps([endpoint_id, method.upper(), [[k, v, flag] for k, v, flag in pairs],
-                       _body_digest(body, json_fields), org_id], separators=(",", ":")).encode()
+                       _body_digest(body, json_fields), org_id, [credential.tier, credential.id]],
+                      separators=(",", ":")).encode()
 
 
 def archive_key(material: bytes) -> str:

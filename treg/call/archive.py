@@ -11,7 +11,11 @@ classifiers and the archive.
   treg bills nothing, hit or not.
 * What is stored: a 2xx of at most ``TREG_ARCHIVE_MAX_BYTES`` received with identity encoding, that
   the endpoint's classifier (``treg/results.py``) called a ``hit`` (or a ``miss`` with
-  ``admit_misses``); with no classifier, every such 2xx. ``unknown`` is never stored.
+  ``admit_misses``); with no classifier, every such 2xx. ``unknown`` is never stored, nor a part (a
+  ``206``, any answer to a ``Range`` request, which never reads an entry either).
+* The key holds the credential the ladder picked, by tier and id (:func:`credential_of`): the lookup
+  runs after every gate, so an entry is served only to a call that would use the credential that
+  fetched it.
 * Request header ``X-Treg-Cache``: ``refresh`` skips the lookup but stores the fresh answer, ``bypass``
   does neither. Like every ``X-Treg-*`` header it never reaches the vendor (``treg/call/headers.py``).
 * Answer header ``X-Treg-Cache``: ``hit`` (with ``X-Treg-Cache-Age``), ``stored``, or ``miss``.
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 from treg import idempotency
 from treg.archive import store
-from treg.archive.policy import ArchivePolicy, archive_key, in_rollout, key_material
+from treg.archive.policy import ArchivePolicy, CredentialRef, archive_key, in_rollout, key_material
 from treg.call import catalog_stage, headers as hdr, metered
 from treg.call.relay import buffer_body
 from treg.call.types import split_query
@@ -39,14 +43,15 @@ from treg.results import Classifier
 
 if TYPE_CHECKING:
     from treg.call.state import CallOutcome, CallState
+    from treg.call.types import CallInput, ResolvedTarget
 
 log = logging.getLogger(__name__)
 
 #: the ``tool_called`` event's ``cache_admission``: what the archive decided about a fresh answer it
 #: took part in (None: it did not, or the call was a hit): stored, or why not
 ADMITTED = "admitted"
-ADMISSIONS = (ADMITTED, "bypass", "not_2xx", "too_large", "encoded", "spooled", "result_miss", "result_unknown",
-              "store_failed")
+ADMISSIONS = (ADMITTED, "bypass", "partial", "not_2xx", "too_large", "encoded", "spooled", "result_miss",
+              "result_unknown", "store_failed")
 
 CONTROL = "x-treg-cache"
 CONTROLS = ("refresh", "bypass")
@@ -81,12 +86,38 @@ def classifier_paths(svc: Services, endpoint_id: str | None) -> tuple[str, ...]:
     return c.paths if c is not None else ()
 
 
+def credential_of(target: "ResolvedTarget") -> CredentialRef:
+    """The credential the ladder picked for this call, by tier and id (the archive key's part that keeps
+    one credential's answers from a caller whose ladder picked another)."""
+    cat = target.catalog
+    assert cat is not None
+    tier = str(target.credential_tier)
+    if tier == "own":
+        return CredentialRef.of("own", tool_id=cat.tool_id,
+                                secret_ids=[b.secret_id for b in cat.bindings if b.secret_id is not None])
+    if tier == "team":
+        return CredentialRef.of("team", secret_ids=[cat.secret_id] if cat.secret_id is not None else [])
+    return CredentialRef.of(tier)
+
+
+def partial_request(inp: "CallInput") -> bool:
+    """A ``Range`` request: its answer may be a part, never stored, and a whole stored answer is not
+    served in its place (the vendor decides what a range of its resource is)."""
+    return inp.header("range") is not None
+
+
 async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
+    """Runs after the ladder and every gate (authorize, ownership, capacity, the hold: the order of
+    treg/call/service.py), so the key's credential is the one this caller may use."""
     target, ident = state.target, state.ident
     assert target is not None and ident is not None
     cat = target.catalog
     policy = cat.endpoint.archive if cat is not None else None
     if policy is None or target.credential_tier not in TIERS:
+        return None
+    if state.job is not None:
+        # an owned async poll or fetch (a later catalog may archive its endpoint; startup refuses one that
+        # still is a utility): it must read the vendor's live job, and settles it
         return None
     raw = state.inp.header(CONTROL)
     control = raw.strip().lower() if raw is not None else None
@@ -96,8 +127,9 @@ async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
     endpoint_id = target.endpoint_id or ""
     if not in_rollout(ident.org_id, endpoint_id, svc.settings.archive_rollout_pct):
         return None  # not in the rollout: as if the row had no archive
-    org_id = ident.org_id if policy.scope == "org" else None
-    if control == "bypass":
+    # scope global shares treg's own (platform-tier) answers; an org's own or team credential's stay its own
+    org_id = None if policy.scope == "global" and target.credential_tier == "platform" else ident.org_id
+    if control == "bypass" or partial_request(state.inp):
         return ArchivePlan(policy, None, org_id, look=False, keep=False)
     inp = state.inp
     body = inp.body
@@ -106,7 +138,8 @@ async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
         body = await buffer_body(body, svc.settings.json_body_max_bytes)
         state.inp = inp = replace(inp, body=body, content_length=len(body))
     material = key_material(endpoint_id=endpoint_id, method=inp.method, query=split_query(inp.raw_query),
-                            body=body or b"", org_id=org_id, bindings=target.bindings)
+                            body=body or b"", org_id=org_id, credential=credential_of(target),
+                            bindings=target.bindings)
     return ArchivePlan(policy, archive_key(material), org_id, look=control != "refresh", keep=True)
 
 
@@ -178,12 +211,19 @@ def encodings_applied(resp: UpstreamResponse) -> bool:
     return False
 
 
+def storable_status(status: int) -> bool:
+    """A whole 2xx: a ``206`` is a part of the resource (replayed without its ``Content-Range`` it would
+    read as the whole)."""
+    return 200 <= status < 300 and status != 206
+
+
 async def _keep(svc: Services, state: "CallState", plan: ArchivePlan, resp: UpstreamResponse, data: bytes,
                 verdict: str | None) -> None:
     c = classifier(svc, state)
     admitted = c is None or (verdict is not None and c.admits(verdict))
     refusal = (f"result_{verdict}" if not admitted else "too_large" if len(data) > svc.settings.archive_max_bytes
-               else "encoded" if encodings_applied(resp) else "bypass" if plan.key is None else None)
+               else "encoded" if encodings_applied(resp) else "bypass" if plan.key is None
+               else "partial" if not storable_status(resp.status) else None)
     if refusal is not None:
         state.cache_state, state.cache_admission = MISS, refusal
         return
@@ -211,11 +251,20 @@ async def observe(svc: Services, state: "CallState", resp: UpstreamResponse, dat
     plan = state.archive
     if plan is None:
         return
-    if not ok or not plan.keep or data is None:
-        state.cache_state = MISS
-        state.cache_admission = "not_2xx" if not ok else "bypass" if not plan.keep else "spooled"
+    skipped = _skipped(state, plan, resp) or ("spooled" if data is None else None)
+    if skipped is not None or data is None:
+        state.cache_state, state.cache_admission = MISS, skipped
         return
     await _keep(svc, state, plan, resp, data, verdict)
+
+
+def _skipped(state: "CallState", plan: ArchivePlan, resp: UpstreamResponse) -> str | None:
+    """Why the archive keeps nothing of this answer, known before its body is read (None: it may)."""
+    if not plan.keep:
+        return "partial" if partial_request(state.inp) else "bypass"
+    if not 200 <= resp.status < 300:
+        return "not_2xx"
+    return None if storable_status(resp.status) else "partial"
 
 
 async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResponse) -> AsyncIterator[bytes]:
@@ -228,11 +277,10 @@ async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResp
     limit = svc.settings.archive_max_bytes
     declared = resp.header("content-length")
     too_long = declared is not None and declared.strip().isdigit() and int(declared) > limit
-    ok = 200 <= resp.status < 300
-    if not ok or not plan.keep or encodings_applied(resp) or too_long:
-        state.cache_state = MISS
-        state.cache_admission = ("not_2xx" if not ok else "bypass" if not plan.keep
-                                 else "encoded" if encodings_applied(resp) else "too_large")
+    skipped = _skipped(state, plan, resp) or ("encoded" if encodings_applied(resp) else "too_large" if too_long
+                                              else None)
+    if skipped is not None:
+        state.cache_state, state.cache_admission = MISS, skipped
         return resp.body
     if resp.whole is not None:
         data: bytes | None = resp.whole

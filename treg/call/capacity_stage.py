@@ -211,8 +211,7 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     """An app component: the lock view LISTENs (a lock written by any process is honoured here within
     2 s) and the ``treg_capacity_locks`` gauge reads it."""
     await svc.lock_view.start()
-    if svc.metrics is not None:
-        svc.metrics.capacity_locks.set_function(svc.lock_view.lock_count)
+    svc.metrics.capacity_locks.set_function(svc.lock_view.lock_count)
 
     async def close() -> None:
         # bounded: a listener cancelled inside its connect must not hold up the app's shutdown

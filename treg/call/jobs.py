@@ -33,7 +33,7 @@ from treg.catalog.placeholders import decode_query_value
 from treg.context import Services
 from treg.errors import Forbidden, NotFound, TregError
 from treg.jobs import store
-from treg.jobs.spec import Submission, Utility, value_at
+from treg.jobs.spec import JobTerms, Submission, Utility, UtilityUse, value_at
 
 if TYPE_CHECKING:
     from treg.call.state import CallState
@@ -59,10 +59,10 @@ class TaskNotFound(NotFound):
 
 @dataclass(frozen=True)
 class OwnedJob:
-    """What :func:`guard` found: the job row and the utility reading it."""
+    """What :func:`guard` found: the job row and how the call reads it."""
 
     row: dict[str, Any]
-    utility: Utility
+    utility: UtilityUse
 
 
 def _platform(state: "CallState") -> Any:
@@ -96,31 +96,65 @@ def _named_id(state: "CallState", cat: Any, param: str) -> str:
     return decode_query_value(given[0]).decode("utf-8", errors="replace")
 
 
+def _given(state: "CallState", cat: Any, param: str) -> bool:
+    """Whether the request carries ``param`` at all (its value is checked by :func:`_named_id`)."""
+    p = cat.endpoint.param(param)
+    if p is not None and p.location == "body":
+        return param in (cat.json_body or {})
+    return any(unquote_plus(k) == param for k, _ in split_query(state.inp.raw_query))
+
+
+async def utility_uses(svc: Services, cat: Any) -> tuple[UtilityUse, ...]:
+    """How a platform-tier call of this endpoint reads jobs: as the current catalog's poll or fetch,
+    and as every recorded job's frozen one (``async_job_utilities``), whatever the current catalog says
+    (a plugin update that dropped the descriptor does not make a pending job's poll a free row). ()
+    for an endpoint no catalog and no job made a utility."""
+    util = cat.endpoint.async_job
+    current = (UtilityUse.of(util),) if isinstance(util, Utility) else ()
+    frozen = (await store.utility_uses(svc)).get(cat.endpoint.id, ())
+    return tuple(dict.fromkeys(current + frozen))
+
+
 async def guard(svc: Services, state: "CallState") -> None:
     cat = _platform(state)
-    util = cat.endpoint.async_job if cat is not None else None
-    if not isinstance(util, Utility):
+    if cat is None:
         return
-    value = _named_id(state, cat, util.task_param)
+    uses = await utility_uses(svc, cat)
+    if not uses:
+        return
+    # every way the call names an id must name one of the org's jobs (two parameters: the vendor may read
+    # either); none named: the first readable use says which parameter is missing (400)
+    readable = [u for u in uses if u.task_param is not None]
+    named = [u for u in readable if _given(state, cat, u.task_param)] or readable[:1]
+    if not named:  # only jobs recorded before their parameter was frozen: nothing to read the id from
+        raise TaskNotOwned(f"{cat.endpoint.id} on treg's key reads only jobs this org started, and none can be "
+                           "named here", refused_by="ownership")
+    owned = [await _owned_row(svc, state, cat, use) for use in named]
+    state.job = OwnedJob(owned[0], named[0])
+    state.kind = POLL if named[0].kind == "poll" else FETCH
+    if state.inp.idempotency_key is not None:
+        state.inp = replace(state.inp, idempotency_key=None)
+
+
+async def _owned_row(svc: Services, state: "CallState", cat: Any, use: UtilityUse) -> dict[str, Any]:
+    """The org's job the call names through ``use`` (refused otherwise, before any vendor I/O)."""
+    assert use.task_param is not None and state.ident is not None
+    value = _named_id(state, cat, use.task_param)
     row = None
     if len(value) <= store.ID_MAX:
-        row = await store.find_owned(svc, org_id=state.ident.org_id, provider=cat.provider.id,  # type: ignore[union-attr]
-                                     utility=cat.endpoint.id, kind=util.kind, value=value,
-                                     by_result_id=util.by_result_id)
+        row = await store.find_owned(svc, org_id=state.ident.org_id, provider=cat.provider.id,
+                                     utility=cat.endpoint.id, kind=use.kind, value=value,
+                                     by_result_id=use.by_result_id)
+    what = "result id" if use.by_result_id else "task id"
     pin = state.inp.tag
     if pin and (row is None or row["tag"] != pin):
         # every pin must match the submission's snapshot (treg/call/resources.py pins objects the same way)
-        what = "result id" if util.by_result_id else "task id"
-        raise TaskNotFound(f"{cat.endpoint.id} on treg's key: the {what} in {util.task_param!r} is not a job this "
+        raise TaskNotFound(f"{cat.endpoint.id} on treg's key: the {what} in {use.task_param!r} is not a job this "
                            "org started with this X-Treg-Tag", refused_by="ownership")
     if row is None:
-        what = "result id" if util.by_result_id else "task id"
         raise TaskNotOwned(f"{cat.endpoint.id} on treg's key reads only jobs this org started; the {what} in "
-                           f"{util.task_param!r} is not one of them", refused_by="ownership")
-    state.job = OwnedJob(row, util)
-    state.kind = POLL if util.kind == "poll" else FETCH
-    if state.inp.idempotency_key is not None:
-        state.inp = replace(state.inp, idempotency_key=None)
+                           f"{use.task_param!r} is not one of them", refused_by="ownership")
+    return row
 
 
 def read_whole(state: "CallState") -> bool:
@@ -161,10 +195,13 @@ async def after_answer(svc: Services, state: "CallState", status: int, answer: A
     target, ident = state.target, state.ident
     assert target is not None and ident is not None
     try:
+        cat = target.catalog
+        assert cat is not None
+        terms = JobTerms.at_submission(sub, cat.endpoint.price, cat.table_value)
         recorded = await store.record(svc, org_id=ident.org_id, member_id=ident.member_id,
                                       provider=target.provider or "", endpoint_id=target.endpoint_id or "",
                                       task_id=task_id, call_id=state.inp.call_id, poll=sub.poll, fetch=sub.fetch,
-                                      tag=state.inp.tag)
+                                      terms=terms, tag=state.inp.tag)
     except TregError:
         # the vendor runs a job treg cannot bill or authorize: charge nothing, hand out no pollable id
         log.error("async job of call %s (%s) could not be recorded; its hold is released",
@@ -200,23 +237,45 @@ def _fetch_ids(value: Any) -> list[str]:
     return [t for t in (_id_text(v) for v in values) if t is not None]
 
 
-async def _observe_poll(svc: Services, state: "CallState", answer: Any) -> None:
-    owned: OwnedJob = state.job
-    row = owned.row
+def job_terms(svc: Services, row: dict[str, Any]) -> JobTerms | None:
+    """What the job's polls read and settle by: frozen on its row at submission; a job recorded before
+    terms were frozen reads the current catalog's submission (None: it left the catalog)."""
+    frozen = JobTerms.from_json(row.get("terms"))
+    if frozen is not None:
+        return frozen
     endpoint = svc.catalog.get(row["endpoint_id"])
     sub = endpoint.async_job if endpoint is not None else None
     if not isinstance(sub, Submission):
-        # the submission left the catalog since: its terms are unknown, so the reaper decides (free)
-        return
-    status = value_at(answer, sub.status_path)
-    if isinstance(status, str) and status in sub.done:
-        if not _usage_known(endpoint.price, answer):  # type: ignore[union-attr]
+        return None
+    return JobTerms.at_submission(sub, endpoint.price, None)  # type: ignore[union-attr]
+
+
+async def _observe_poll(svc: Services, state: "CallState", answer: Any) -> None:
+    """The job's state and money from an owned 2xx poll. A database fault here never costs the caller
+    the vendor's answer: it is logged and relayed, and the hold stays open for the next poll or the
+    reaper to close, once (the close and the job's mark are one transaction: both or neither)."""
+    owned: OwnedJob = state.job
+    row = owned.row
+    terms = job_terms(svc, row)
+    if terms is None:
+        return  # the submission's terms are unknown: the reaper decides (free)
+    try:
+        await _settle_from_poll(svc, row, terms, answer)
+    except TregError as exc:
+        log.warning("call %s: the job of call %s could not be settled from this poll (%s); the vendor's answer "
+                    "is relayed and the next poll or the reaper closes its hold", state.inp.call_id,
+                    row["call_id"], exc.code)
+
+
+async def _settle_from_poll(svc: Services, row: dict[str, Any], terms: JobTerms, answer: Any) -> None:
+    status = value_at(answer, terms.status_path)
+    if isinstance(status, str) and status in terms.done:
+        if not _usage_known(terms.price, answer):
             await store.touch(svc, row)  # done without its meter: a later poll (or the reaper) closes it
             return
-        ids = _fetch_ids(value_at(answer, sub.result_id_path)) if sub.result_id_path else []
-        await store.finish(svc, row, store.DONE, settle_micro=endpoint.price.observed_micro(answer),  # type: ignore[union-attr]
-                           fetch_ids=ids)
-    elif isinstance(status, str) and status in sub.failed:
+        ids = _fetch_ids(value_at(answer, terms.result_id_path)) if terms.result_id_path else []
+        await store.finish(svc, row, store.DONE, settle_micro=terms.price.observed_micro(answer), fetch_ids=ids)
+    elif isinstance(status, str) and status in terms.failed:
         await store.finish(svc, row, store.FAILED)
     else:
         await store.touch(svc, row)

@@ -42,6 +42,7 @@ from treg.catalog.enforce import check_request
 from treg.catalog.ladder import load_org_credentials
 from treg.context import Services
 from treg.infra.schema import orgs
+from treg.infra.upstream import NotServing
 from treg.overflow import aggregator as agg
 from treg.overflow.aggregator import OverflowInput, OverflowResult, OverflowRoute
 from treg.overflow.outcome import Verdict, judge
@@ -114,8 +115,7 @@ class Attempt:
         self.took_over = True
         if self.direct_row is not None:
             svc.audit.record(self.direct_row)
-            if svc.metrics is not None:
-                svc.metrics.observe_call(self.direct_row)
+            svc.metrics.observe_call(self.direct_row)
 
     def retarget(self, rec: CallRecord) -> CallRecord:
         """A row of the call as this attempt's once it took over (``CallState.record`` calls this)."""
@@ -268,7 +268,7 @@ async def _run(svc: Services, route: OverflowRoute, call: OverflowInput) -> Over
     aggregator = svc.aggregators[route.aggregator]
     base_url = _base_url(svc, route)
     key = svc.settings.overflow_key(route.aggregator)
-    assert key is not None and svc.aggregator_client is not None  # first_usable skips one without a key
+    assert key is not None  # first_usable skips one without a key
     try:
         result = await aggregator.run(svc.aggregator_client, base_url=base_url, key=key, route=route, call=call,
                                       poll_max_s=svc.settings.overflow_poll_max_s)
@@ -302,9 +302,8 @@ async def _account(svc: Services, state: "CallState", route: OverflowRoute, resu
         outcome = agg.REFUSED
     else:  # a vendor answer through it saying treg's account there is out has no failure of its own
         outcome = result.failure or agg.VENDOR_CAPACITY
-    if svc.metrics is not None:
-        svc.metrics.overflow.labels(aggregator=route.aggregator,
-                                    result=("shadow_" + outcome) if shadow else outcome).inc()
+    svc.metrics.overflow.labels(aggregator=route.aggregator,
+                                result=("shadow_" + outcome) if shadow else outcome).inc()
     return verdict
 
 
@@ -347,8 +346,7 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
             rec = attempt.row(state.record(outcome="refused", status=result.aggregator_status,
                                            refused_by="overflow"))
             svc.audit.record(rec)
-            if svc.metrics is not None:
-                svc.metrics.observe_call(rec)
+            svc.metrics.observe_call(rec)
             state.overflow = None
             return None
         attempt.take_over(svc)
@@ -436,6 +434,7 @@ async def setup(app: Any, svc: Services) -> Any:
     svc.aggregator_client = session
 
     async def close() -> None:
+        svc.aggregator_client = NotServing()
         await session.close()
 
     return close

@@ -77,8 +77,7 @@ def request_evidence(state: "CallState") -> dict[str, Any] | None:
 def audit(svc: Services, rec: CallRecord) -> None:
     """Queue the row, then tell the ``treg_event`` observers (``tool_called``), if there are any."""
     svc.audit.record(rec)
-    if svc.metrics is not None:
-        svc.metrics.observe_call(rec)
+    svc.metrics.observe_call(rec)
     if not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
     call_hook(svc.pm, "treg_event", event=Event("tool_called", {

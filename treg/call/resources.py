@@ -263,10 +263,7 @@ async def _vendor_delete(svc: Services, state: "CallState", m: ManagedResource, 
                         content_length=len(body) if body is not None else None)
         prepared = await prepare(svc, state.ident.org_id if state.ident else "", inp, target)
         url_parsed = upstream.parse_url(prepared.request.url)
-        if svc.resolver is not None:
-            await svc.resolver.vet(url_parsed.raw_host or "")
-        if svc.client is None:
-            return None
+        await svc.resolver.vet(url_parsed.raw_host or "")
         resp = await upstream.send(svc.client, prepared.request, url=url_parsed)
         resp.close()
         return resp.status

@@ -59,14 +59,24 @@ _NOT_REPLAYED = frozenset({"x-treg-call-id", "x-treg-cost-micro", "x-treg-idempo
 
 @frozen_value
 class Attempt:
-    """One child of a routed call, as the answer's ``attempts`` lists it."""
+    """One child of a routed call, as the answer's ``attempts`` lists it (``blame`` and ``detail``: why
+    it failed, for ``route_exhausted``'s ``reasons``)."""
 
     endpoint: str
     status: int | None  # the child's HTTP status (a refusal's too); None: skipped, never called
     error: str | None  # None: the answer; else a treg error code, or upstream_error for a non-2xx
+    blame: str | None = None  # who must act on the failure: a refusal's blame; upstream for a non-2xx
+    detail: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "status": self.status, "error": self.error}
+
+    def reason_json(self) -> dict[str, Any]:
+        return {"endpoint": self.endpoint, "error": self.error, "blame": self.blame, "detail": self.detail}
+
+    @classmethod
+    def refused(cls, endpoint: str, exc: TregError) -> "Attempt":
+        return cls(endpoint, exc.status, exc.code, exc.blame, exc.detail)
 
 
 class DeferredCloses:
@@ -179,18 +189,19 @@ async def _try_child(svc: Services, execute: Execute, inp: CallInput, endpoint_i
     try:
         outcome = await execute(svc, child)
     except TregError as exc:  # refused or failed: the child's own exit recorded it and closed its hold
-        return Attempt(endpoint_id, exc.status, exc.code), None
+        return Attempt.refused(endpoint_id, exc), None
     except Exception:  # noqa: BLE001 (a bug in one child must not stop the route; recorded as the child's)
         log.exception("routed call %s: child %s failed unexpectedly", inp.call_id, endpoint_id)
-        return Attempt(endpoint_id, 500, "internal_error"), None
+        return Attempt(endpoint_id, 500, "internal_error", "treg", "treg failed on this child"), None
     if not 200 <= outcome.status < 300:
         finishes.later(outcome, 0, None)  # not read: the caller never gets it
-        return Attempt(endpoint_id, outcome.status, "upstream_error"), None
+        return Attempt(endpoint_id, outcome.status, "upstream_error", "upstream",
+                       f"the upstream answered {outcome.status}"), None
     try:
         data = await _read_whole(outcome)
     except TregError as exc:
         finishes.later(outcome, 0, exc)
-        return Attempt(endpoint_id, exc.status, exc.code), None
+        return Attempt.refused(endpoint_id, exc), None
     finishes.later(outcome, len(data), None)
     return Attempt(endpoint_id, outcome.status, None), _Won(child.call_id, endpoint_id, outcome, data)
 
@@ -242,7 +253,8 @@ async def _route(svc: Services, execute: Execute, inp: CallInput, ident: Identit
     creds = await load_org_credentials(svc, ident, plan.provider_ids)
     for ep, provider in plan.children:
         if offer_tier(provider, ep, creds, svc.settings) is None:
-            attempts.append(Attempt(ep.id, None, "no_credential"))
+            attempts.append(Attempt(ep.id, None, "no_credential", "caller",
+                                    f"no credential tier of yours can call {ep.id}"))
             continue
         attempt, won = await _try_child(svc, execute, inp, ep.id, closes, finishes)
         attempts.append(attempt)
@@ -251,12 +263,23 @@ async def _route(svc: Services, execute: Execute, inp: CallInput, ident: Identit
     return None
 
 
+def exhausted_blame(attempts: list[Attempt]) -> str:
+    """Who must act when no child answered: the caller when every child refused for a caller reason
+    (its own input, such as a missing required parameter; a credential it lacks), else the upstream."""
+    return "caller" if attempts and all(a.blame == "caller" for a in attempts) else "upstream"
+
+
 def _exhausted(endpoint_id: str, attempts: list[Attempt]) -> GatewayFailed:
-    tried = "; ".join(f"{a.endpoint}: {a.error} ({a.status if a.status is not None else 'skipped'})"
-                      for a in attempts)
-    return GatewayFailed(f"every child of {endpoint_id} failed; nothing was charged ({tried})",
-                         code="route_exhausted", attempts=[a.to_json() for a in attempts],
-                         headers={"X-Treg-Cost-Micro": "0"})
+    blame = exhausted_blame(attempts)
+    if blame == "caller":
+        why = "; ".join(f"{a.endpoint}: {a.error}: {a.detail}" for a in attempts)
+        detail = f"every child of {endpoint_id} refused your request; nothing was charged ({why})"
+    else:
+        tried = "; ".join(f"{a.endpoint}: {a.error} ({a.status if a.status is not None else 'skipped'})"
+                          for a in attempts)
+        detail = f"every child of {endpoint_id} failed; nothing was charged ({tried})"
+    return GatewayFailed(detail, code="route_exhausted", blame=blame, attempts=[a.to_json() for a in attempts],
+                         reasons=[a.reason_json() for a in attempts], headers={"X-Treg-Cost-Micro": "0"})
 
 
 def _finisher(svc: Services, state: CallState) -> Callable[[int, BaseException | None], None]:

@@ -12,12 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-import pluggy
-
 from treg import http_grammar
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.registry import CatalogRegistry
-from treg.plugins import PluginFailed, call_hook
+from treg.plugins import PluginFailed, PluginHost, call_hook
 
 KINDS = ("balance", "quota", "burst", "edge_block")
 #: the kinds that strike (and so lock); burst and edge_block never do
@@ -197,7 +195,7 @@ def build_signatures(declared: Iterable[tuple[str, Any, bool]], catalog: Catalog
     return SignatureRegistry(tuple(first + last))
 
 
-def load_signatures(pm: pluggy.PluginManager, catalog: CatalogRegistry) -> SignatureRegistry:
+def load_signatures(pm: PluginHost, catalog: CatalogRegistry) -> SignatureRegistry:
     """Every plugin's signatures, validated against ``catalog`` (startup; raises :class:`CatalogError`)."""
     try:
         results = call_hook(pm, HOOK)

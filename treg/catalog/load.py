@@ -17,8 +17,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-import pluggy
-
 from treg import http_grammar
 from treg.bindings import Binding, Injector, format_fields
 from treg.catalog import managed as managed_rows
@@ -29,7 +27,7 @@ from treg.archive import policy as archive_policy
 from treg.jobs.spec import link_utilities, parse_submission
 from treg.catalog.routed import with_routed
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
-from treg.plugins import PluginFailed, call_hook
+from treg.plugins import PluginFailed, PluginHost, call_hook
 
 log = logging.getLogger("treg.catalog")
 
@@ -641,7 +639,13 @@ class _Loader:
                 self.c.add(ep.plugin, f"endpoint {ep.id!r}", "superseded_by",
                            f"{ep.superseded_by!r} is not an endpoint of the catalog")
         managed_rows.check_kinds(self.c.add, self.endpoints.values())
-        self.endpoints.update(link_utilities(self.c.add, self.endpoints))  # async jobs: treg/jobs/spec.py
+        utilities = link_utilities(self.c.add, self.endpoints)  # async jobs: treg/jobs/spec.py
+        for uid, util in utilities.items():
+            if util.archive is not None:
+                # a poll answered from the archive reads a stale status; a fetch is streamed, never stored
+                self.c.add(util.plugin, f"endpoint {uid!r}", "archive", f"an async {util.async_job.kind} "
+                           "utility is never archived: it must read the vendor's live job")
+        self.endpoints.update(utilities)
         if self.c.problems:
             raise CatalogError(self.c.problems)
         return CatalogRegistry.build(self.providers.values(), self.endpoints.values())
@@ -696,7 +700,7 @@ def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, I
     return with_routed(loader.finish())  # treg.<capability> for each capability two live endpoints share
 
 
-def declared_providers(pm: pluggy.PluginManager) -> list[tuple[str, Any]]:
+def declared_providers(pm: PluginHost) -> list[tuple[str, Any]]:
     """Call every plugin's ``treg_register_providers`` hook, keeping who returned what."""
     try:
         results = call_hook(pm, "treg_register_providers")
@@ -708,7 +712,7 @@ def declared_providers(pm: pluggy.PluginManager) -> list[tuple[str, Any]]:
     return out
 
 
-def load_catalog(pm: pluggy.PluginManager, injectors: Mapping[str, Injector],
+def load_catalog(pm: PluginHost, injectors: Mapping[str, Injector],
                  aggregators: Mapping[str, Any] | None = None) -> CatalogRegistry:
     """The validated catalog every plugin declares (raises :class:`CatalogError` on any bad row).
     ``aggregators`` None: collected from ``pm`` (:func:`treg.overflow.aggregator.collect_aggregators`)."""

@@ -116,6 +116,14 @@ def pointer(registry: CatalogRegistry, name: str, first: Sequence[str] = (), lim
             "did_you_mean": merged}
 
 
+def no_match(registry: CatalogRegistry) -> dict[str, Any]:
+    """What a search that found nothing adds, on every surface (the plain-HTTP listing and MCP's
+    ``catalog_search`` alike): a ``hint`` at the next step and the ``capabilities`` to search by."""
+    return {"hint": "no live endpoint matches; try other or fewer words, or search by one of the capabilities "
+                    "listed (capability)",
+            "capabilities": sorted(registry.capabilities)}
+
+
 def example_query(ep: Endpoint) -> str:
     """``/catalog/call/<id>?<required>=<…>``: the plain-HTTP form of a call with its required parameters."""
     required = [p.name for p in ep.params if p.required and p.location != "body"]

@@ -373,8 +373,31 @@ def _normalize(host: str) -> tuple[str, tuple[IPAddress, ...] | None]:
     return name, None
 
 
+class NullResolver:
+    """The resolver of a process that dials nothing (a CLI command, a domain test, an app before its
+    resolver starts or after it stopped): a registration check gets no address, so it leaves the name
+    to the call-time guard as it does a name that does not resolve now; :meth:`vet` refuses
+    (``shutting_down``), so nothing is ever dialled unvetted. No use site asks whether one is there."""
+
+    async def vet(self, host: str) -> list[IPAddress]:
+        raise GatewayFailed("treg takes no new call: it is shutting down, or this process serves none",
+                            code="shutting_down", blame="treg")
+
+    async def addresses(self, host: str) -> list[IPAddress]:
+        return []
+
+    async def close(self) -> None:
+        pass
+
+
 async def setup(app: Any, svc: Any) -> Callable[[], Awaitable[None]]:
-    """Component: install the vetting resolver on ``svc.resolver`` (the upstream connector uses it)."""
+    """Component: install the vetting resolver on ``svc.resolver`` (the upstream connector uses it);
+    the null resolver is put back once it is closed."""
     resolver = VettingResolver(svc.settings, svc.ssrf)
     svc.resolver = resolver
-    return resolver.close
+
+    async def close() -> None:
+        svc.resolver = NullResolver()
+        await resolver.close()
+
+    return close

@@ -383,9 +383,26 @@ async_jobs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     #: the submitting call's pin (its X-Treg-Tag): a pinned poll or fetch must carry the same; NULL: unpinned
     Column("tag", String(200), nullable=True),
+    # what its polls read and settle by, frozen at submission (treg.jobs.spec.JobTerms: task_param, status
+    # path, done/failed, result_id_path, price); NULL: recorded before 0012 (the current catalog's apply)
+    Column("terms", JSONB, nullable=True),
     CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name="state"),
     # one vendor account: a task id names one job; the ownership lookup is (provider, task_id) then org
     UniqueConstraint("provider", "task_id"),
     Index("ix_async_jobs_fetch_ids", "fetch_ids", postgresql_using="gin"),
     Index("ix_async_jobs_org_id_created_at", "org_id", "created_at"),
+)
+
+async_job_utilities = Table(
+    # Every way a recorded job may be read (a poll or fetch endpoint, the parameter carrying the id): the
+    # endpoint stays owner-only on treg's key whatever a later catalog says (treg/call/jobs.py guard).
+    # Tiny (one row per utility and parameter ever used), so every process keeps it in memory.
+    "async_job_utilities", metadata,
+    Column("endpoint_id", String(200), primary_key=True),
+    Column("kind", String(8), primary_key=True),
+    # '': a job recorded before 0012, whose parameter is unknown (every platform-tier call is refused)
+    Column("task_param", String(100), primary_key=True),
+    Column("by_result_id", Boolean, primary_key=True),
+    _created(),
+    CheckConstraint("kind IN ('poll', 'fetch')", name="kind"),
 )

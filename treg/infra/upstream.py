@@ -61,6 +61,24 @@ class FaithfulRequest(ClientRequest):
         super().update_body_from_data(body, _stacklevel=_stacklevel + 1)
 
 
+class NotServing:
+    """The upstream session of a process that sends nothing upstream: a CLI command, a domain test, an
+    app before its session opens or after it closed. Every request is refused with 502
+    ``shutting_down`` before anything is dialled, so no use site asks whether a session is there.
+
+    Stands in for an :class:`aiohttp.ClientSession` (treg's upstream session and the aggregators' one)
+    only where treg sends: ``request``, called as ``await`` or ``async with``."""
+
+    closed = True
+
+    def request(self, method: str, url: Any, **kwargs: Any) -> Any:
+        raise GatewayFailed("treg takes no new call: it is shutting down, or this process serves none",
+                            code="shutting_down", blame="treg")
+
+    async def close(self) -> None:
+        pass  # nothing was opened
+
+
 def create_session(settings: Settings, resolver: aiohttp.abc.AbstractResolver | None = None) -> aiohttp.ClientSession:
     # the read timeout (sock_read below) is kept by one ticker, not a loop timer per read (read_deadlines.py)
     connector = DeadlineConnector(read_timeout_s=settings.upstream_read_timeout_s,
@@ -220,7 +238,7 @@ async def _replay(data: bytes) -> AsyncIterator[bytes]:
         yield data
 
 
-async def send(session: aiohttp.ClientSession, req: UpstreamRequest, *,
+async def send(session: "aiohttp.ClientSession | NotServing", req: UpstreamRequest, *,
                on_connect: Callable[[], Awaitable[None]] | None = None, url: URL | None = None) -> UpstreamResponse:
     """Send ``req`` and return as soon as the status line and headers arrived; the body streams.
     ``url``: ``req.url`` already parsed (``URL(req.url, encoded=True)``), to parse it once per call."""

@@ -18,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Literal, Mapping
 
-from treg.catalog.model import Endpoint
+from treg.catalog.model import Endpoint, Price, UsageTerm
 from treg.jsonpath import dig
 
 #: the loader's ``_Collector.add(plugin, row, field, message)``
@@ -72,6 +73,71 @@ class Utility:
 
     def to_json(self) -> dict[str, Any]:
         return {"utility": self.kind, "task_param": self.task_param, "submissions": list(self.submissions)}
+
+
+@dataclass(frozen=True)
+class UtilityUse:
+    """One way a poll or fetch endpoint reads jobs: what the guard needs to find the id a call names.
+    The catalog's :class:`Utility` gives one; every job recorded gives the one of its submission, frozen
+    (``async_job_utilities``), so an endpoint stays owner-only after a catalog that no longer says so.
+    ``task_param`` None: a job recorded before it was frozen (the id cannot be read: refused)."""
+
+    kind: Literal["poll", "fetch"]
+    task_param: str | None
+    by_result_id: bool = False
+
+    @classmethod
+    def of(cls, util: Utility) -> "UtilityUse":
+        return cls(util.kind, util.task_param, util.by_result_id)
+
+
+@dataclass(frozen=True)
+class JobTerms:
+    """What a job's polls settle by, frozen at submission on the job row (``async_jobs.terms``): a later
+    catalog (a plugin update dropping or changing the ``async`` descriptor, or the price) changes
+    neither who may read the job nor what it costs."""
+
+    task_param: str
+    status_path: str
+    done: tuple[str, ...]
+    failed: tuple[str, ...]
+    result_id_path: str | None
+    #: the price the done poll settles at: the submission's flat price (a table price's chosen row,
+    #: as held), or its usage terms read from the done poll's answer
+    price: Price
+
+    @classmethod
+    def at_submission(cls, sub: Submission, price: Price, table_value: str | None) -> "JobTerms":
+        frozen = price if price.kind == "usage" else Price(kind="per_call",
+                                                            per_call_micro=price.estimate_for(table_value))
+        return cls(task_param=sub.task_param, status_path=sub.status_path, done=sub.done, failed=sub.failed,
+                   result_id_path=sub.result_id_path, price=frozen)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_param": self.task_param, "status_path": self.status_path, "done": list(self.done),
+                "failed": list(self.failed), "result_id_path": self.result_id_path, "price": self.price.to_json()}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> "JobTerms | None":
+        """The row's terms (None: a job recorded before terms were frozen, or a row treg cannot read)."""
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return cls(task_param=str(raw["task_param"]), status_path=str(raw["status_path"]),
+                       done=tuple(str(v) for v in raw["done"]), failed=tuple(str(v) for v in raw["failed"]),
+                       result_id_path=raw.get("result_id_path"), price=_price_from_json(raw["price"]))
+        except (KeyError, TypeError, ValueError, InvalidOperation):
+            return None
+
+    def uses(self, kind: Literal["poll", "fetch"]) -> UtilityUse:
+        return UtilityUse(kind, self.task_param, kind == "fetch" and self.result_id_path is not None)
+
+
+def _price_from_json(raw: Mapping[str, Any]) -> Price:
+    if "usage" in raw:
+        return Price(kind="usage", estimate_micro=int(raw["estimate_micro"]),
+                     usage=tuple(UsageTerm(str(t["path"]), Decimal(str(t["micro_per_unit"]))) for t in raw["usage"]))
+    return Price(kind="per_call", per_call_micro=int(raw["per_call_micro"]))
 
 
 def value_at(doc: Any, path: str | None) -> Any:

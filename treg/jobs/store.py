@@ -11,20 +11,27 @@ balance row, then the hold, then the job row.
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
 
 from sqlalchemy import and_, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from treg.context import Services
 from treg.ids import new_id
-from treg.infra.schema import async_jobs, holds
+from treg.infra.schema import async_job_utilities, async_jobs, holds
+from treg.jobs.spec import JobTerms, UtilityUse
+from treg.tenancy import forget_local, notify
 # the holds' one conditional close, inside this module's transaction (the reaper uses it the same way)
 from treg.money.holds import RELEASED, SETTLED, _close
 
 PENDING, DONE, FAILED, EXPIRED = "pending", "done", "failed", "expired"
 #: a task or fetch id longer than this is not recorded (the column's width)
 ID_MAX = 500
+#: the cache tag (an "org" no org id can be) of the utilities view: a NOTIFY of it drops the view in
+#: every process (treg/cache.py's listener), sent only when a job names a utility the table lacked
+UTILITIES_TAG = "*async_job_utilities"
+_UTILITIES_KEY = ("async_job_utilities",)
 
 
 class Recorded(str, enum.Enum):
@@ -36,20 +43,61 @@ class Recorded(str, enum.Enum):
 
 
 async def record(svc: Services, *, org_id: str, member_id: str | None, provider: str, endpoint_id: str,
-                 task_id: str, call_id: str, poll: str, fetch: str | None, tag: str | None = None) -> Recorded:
-    """Record the job (the submission's hold stays open under ``call_id``; ``tag``: its pin)."""
+                 task_id: str, call_id: str, poll: str, fetch: str | None, terms: JobTerms,
+                 tag: str | None = None) -> Recorded:
+    """Record the job (the submission's hold stays open under ``call_id``; ``tag``: its pin) with the
+    ``terms`` its polls read and settle by, and its utilities in ``async_job_utilities``: one
+    transaction, so no job exists whose poll or fetch is not owner-only everywhere."""
+    uses = [(poll, terms.uses("poll"))] + ([(fetch, terms.uses("fetch"))] if fetch is not None else [])
+    known = await utility_uses(svc)  # read before the transaction: never a second connection inside it
+    # a use this process knows is in the table already (the view is read from it)
+    uses = [(uid, use) for uid, use in uses if use not in known.get(uid, ())]
+    new_use = False
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(
             pg_insert(async_jobs).values(id=new_id("job"), org_id=org_id, member_id=member_id, provider=provider,
                                          endpoint_id=endpoint_id, task_id=task_id, call_id=call_id,
-                                         poll_endpoint=poll, fetch_endpoint=fetch, state=PENDING, tag=tag)
+                                         poll_endpoint=poll, fetch_endpoint=fetch, state=PENDING, tag=tag,
+                                         terms=terms.to_json())
             .on_conflict_do_nothing(index_elements=[async_jobs.c.provider, async_jobs.c.task_id])
             .returning(async_jobs.c.id))
-        if row is not None:
-            return Recorded.NEW
-        owner = await tx.scalar(select(async_jobs.c.org_id).where(and_(async_jobs.c.provider == provider,
-                                                                       async_jobs.c.task_id == task_id)))
-    return Recorded.SAME_ORG if owner == org_id else Recorded.FOREIGN
+        if row is None:
+            owner = await tx.scalar(select(async_jobs.c.org_id).where(and_(async_jobs.c.provider == provider,
+                                                                           async_jobs.c.task_id == task_id)))
+            return Recorded.SAME_ORG if owner == org_id else Recorded.FOREIGN
+        for uid, use in uses:
+            added = await tx.fetch_one(
+                pg_insert(async_job_utilities).values(endpoint_id=uid, kind=use.kind, task_param=use.task_param,
+                                                      by_result_id=use.by_result_id)
+                .on_conflict_do_nothing().returning(async_job_utilities.c.endpoint_id))
+            new_use = new_use or added is not None
+        if new_use:
+            await notify(tx, "async_jobs", UTILITIES_TAG)  # delivered on commit: every process reloads
+    if new_use:
+        forget_local(svc, UTILITIES_TAG)
+    return Recorded.NEW
+
+
+async def utility_uses(svc: Services) -> Mapping[str, tuple[UtilityUse, ...]]:
+    """Every way a recorded job may be read, by poll/fetch endpoint id: the whole (tiny) table, cached
+    in the process and dropped by a NOTIFY when a job names a new one (with the caches off: read)."""
+    cache = svc.caches.jobs
+    hit = cache.get(_UTILITIES_KEY)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    return await cache.get_or_load(_UTILITIES_KEY, UTILITIES_TAG, lambda: _load_uses(svc))
+
+
+async def _load_uses(svc: Services) -> Mapping[str, tuple[UtilityUse, ...]]:
+    t = async_job_utilities.c
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all(select(t.endpoint_id, t.kind, t.task_param, t.by_result_id)
+                                  .order_by(t.endpoint_id, t.created_at, t.task_param))
+    out: dict[str, list[UtilityUse]] = {}
+    for r in rows:
+        out.setdefault(r["endpoint_id"], []).append(UtilityUse(r["kind"], r["task_param"] or None,
+                                                               bool(r["by_result_id"])))
+    return MappingProxyType({k: tuple(v) for k, v in out.items()})
 
 
 async def find_owned(svc: Services, *, org_id: str, provider: str, utility: str, kind: str, value: str,
@@ -113,19 +161,12 @@ async def expire_released(svc: Services) -> int:
 
 
 async def call_detail(svc: Services, org_id: str, call_id: str) -> dict[str, Any]:
-    """What a submission's call detail adds: ``async`` (task id, job state) and its hold as it stands
-    now (the audit row was written when the answer left, with the hold still open). {}: not a job."""
+    """What a submission's call detail adds: ``async`` (task id, job state, learned fetch ids). {}: not
+    a job. (Its cost and hold state, live from the hold, are the audit read's own: treg/calls.py.)"""
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(
-            select(async_jobs.c.task_id, async_jobs.c.state, async_jobs.c.fetch_ids, holds.c.state.label("hold"),
-                   holds.c.settled_micro)
-            .select_from(async_jobs.outerjoin(holds, holds.c.id == async_jobs.c.call_id))
+            select(async_jobs.c.task_id, async_jobs.c.state, async_jobs.c.fetch_ids)
             .where(and_(async_jobs.c.org_id == org_id, async_jobs.c.call_id == call_id)))
     if row is None:
         return {}
-    out: dict[str, Any] = {"async": {"task_id": row["task_id"], "state": row["state"],
-                                     "fetch_ids": list(row["fetch_ids"] or ())}}
-    if row["hold"] is not None:
-        out["hold_state"] = row["hold"]
-        out["cost_micro"] = row["settled_micro"] if row["hold"] == SETTLED else 0
-    return out
+    return {"async": {"task_id": row["task_id"], "state": row["state"], "fetch_ids": list(row["fetch_ids"] or ())}}

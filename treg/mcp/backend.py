@@ -161,9 +161,8 @@ class PipelineBackend:
             "query": query, "capability": capability, "endpoints": rows,
             "search_url": catalog_search.search_url(" ".join(filter(None, (query, capability)))),
         }
-        if not found or not (query or capability):
-            out["capabilities"] = sorted(registry.capabilities)
         if not found:
-            out["hint"] = ("no live endpoint matches; try other or fewer words, or one of the capabilities "
-                           "listed (capability argument)")
+            out.update(catalog_search.no_match(registry))
+        elif not (query or capability):
+            out["capabilities"] = sorted(registry.capabilities)
         return results.search_result(out)

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Mapping
 
-import pluggy
-
 from treg.errors import ConfigError
-from treg.plugins import PluginFailed, call_hook
+from treg.plugins import PluginFailed, PluginHost, call_hook
 
 if TYPE_CHECKING:
     import aiohttp
@@ -143,7 +141,7 @@ def _is_aggregator(obj: Any) -> bool:
             and callable(getattr(obj, "run", None)))
 
 
-def collect_aggregators(pm: pluggy.PluginManager) -> Mapping[str, Any]:
+def collect_aggregators(pm: PluginHost) -> Mapping[str, Any]:
     """Aggregators by name (startup). A non-aggregator, a bad name or a duplicate stops startup."""
     found: dict[str, tuple[Any, str]] = {}
     for res in call_hook(pm, "treg_register_aggregators"):

@@ -62,7 +62,8 @@ async def list_endpoints(request: web.Request) -> web.Response:
     rows = [{**ep.summary_json(usable(ep.provider)), "params": [p.to_json() for p in ep.params],
              "example": f"{ep.method} {search.example_query(ep)}", **_tier_view(registry, ep, creds, svc)}
             for ep in found]
-    return json_response({"endpoints": rows})
+    # a search that found nothing says what to try next, as MCP's catalog_search does (one function)
+    return json_response({"endpoints": rows, **(search.no_match(registry) if not rows else {})})
 
 
 @routes.get("/api/v1/catalog/endpoints/{endpoint_id}")

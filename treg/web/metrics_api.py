@@ -50,6 +50,5 @@ async def scrape(request: web.Request) -> web.Response:
     svc = request.app[SERVICES]
     admit(request, svc.settings)
     metrics = svc.metrics
-    assert metrics is not None  # the app factory sets it before the server listens
     await metrics.refresh()
     return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})

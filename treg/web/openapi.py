@@ -246,7 +246,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                                             params=(_path_param("call_id", "a call id (X-Treg-Call-Id)"),)),
     ("GET", "/api/v1/catalog/endpoints"): _op(
         "listEndpoints", "catalog endpoints and the credential tier you would get", "200",
-        _list_of("endpoints", "Endpoint"),
+        _obj({"endpoints": {"type": "array", "items": _ref("Endpoint")},
+              "hint": {"type": "string", "description": "no endpoint matched: what to try next (as MCP "
+                       "catalog_search says)"},
+              "capabilities": {"type": "array", "items": {"type": "string"},
+                               "description": "no endpoint matched: every capability to search by"}},
+             ("endpoints",)),
         params=tuple({"name": n, "in": "query", "required": False, "schema": s} for n, s in (
             ("provider", {"type": "string"}), ("capability", {"type": "string"}), ("q", {"type": "string"}),
             ("status", {"enum": ["live", "retired", "broken"]})))),
