@@ -1,6 +1,6 @@
 """One background task that runs ``work`` every ``interval_s`` seconds until closed: the reaper, the
-archive's pruning and the evidence pruner. A failed run is logged and the next one tries again (a sweep must never stop treg
-from serving); ``close`` cancels the task and waits for it."""
+archive's pruning and the evidence pruner. A failed run is logged and the next one tries again (a sweep
+must never stop treg from serving); ``close`` cancels the task and waits for it."""
 
 from __future__ import annotations
 
