@@ -23,7 +23,7 @@ DODGES = [
     "/status/418%2e", "/status/418%2E", "/status/418%2e%2e", "/status/418%2E%2e", "/status/418%2e/sub",
     "/status%2e/418", "/status/418%20", "/status/418.%20", "/status/418%2e%20", "/status/418%20%2e",
     "/status/418%252e", "/status/418%2520", "/status/418%c0%ae", "/status/418%c0%a0", "/STATUS/418%2E",
-    "/status%20/418/x", "/v1/..%20/status/418",
+    "/status%20/418/x", "/v1/..%20/status/418", "/status/418 ", "/status/418. ", "/status /418",
 ]
 
 # ... and these are other resources
