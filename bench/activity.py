@@ -88,7 +88,11 @@ async def timed(session: aiohttp.ClientSession, url: str, reps: int) -> dict[str
 
 async def login(base: str, token: str) -> aiohttp.ClientSession:
     session = aiohttp.ClientSession(base_url=base, cookie_jar=aiohttp.CookieJar(unsafe=True))
-    async with session.post("/ui/login", data={"token": token}, allow_redirects=False) as resp:
+    # as a browser logs in: the login form's token (and its pre-login cookie), from treg's own origin
+    async with session.get("/ui/login") as resp:
+        form_token = re.search(r'name="form_token" value="([^"]+)"', await resp.text()).group(1)  # type: ignore[union-attr]
+    async with session.post("/ui/login", data={"token": token, "form_token": form_token},
+                            headers={"Origin": base.rstrip("/")}, allow_redirects=False) as resp:
         assert resp.status == 303, await resp.text()
     return session
 

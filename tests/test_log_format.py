@@ -15,7 +15,7 @@ from treg.infra import crypto
 SECRET = "sk_live_LOGCANARY_SECRET_4d1"
 QUERY = "QUERYCANARY_9b2"
 BODY = "BODYCANARY_77aa"
-ACCESS_KEYS = {"call_id", "org_id", "member_id", "surface", "method", "status", "duration_ms"}
+ACCESS_KEYS = {"call_id", "org_id", "member_id", "surface", "method", "status", "duration_ms", "client"}
 
 
 def _exercise(served: Served, token: str, up_url: str) -> dict[str, str]:
@@ -75,7 +75,7 @@ async def test_serve_log_lines(fmt, dsn, up, tmp_path):
     line = access[0]
     assert ACCESS_KEYS <= set(line)
     assert line == {**line, "org_id": org["org_id"], "member_id": org["member_id"], "surface": "call",
-                    "method": "POST", "status": 200}
+                    "method": "POST", "status": 200, "client": "127.0.0.1"}
     assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
     refused = [r for r in records if r.get("call_id") == ids["refused_call_id"]]
     assert len(refused) == 1 and refused[0]["status"] == 401 and refused[0]["member_id"] is None

@@ -92,8 +92,8 @@ def _deferred_console(formatter=None):
     return out, h, _console_root(h)
 
 
-def _entry(path="/call/t/x", status=200, size=5, seconds=0.001, call_id=None, caller=None):
-    return (time.time(), "GET", path, status, size, seconds, call_id, caller)
+def _entry(path="/call/t/x", status=200, size=5, seconds=0.001, call_id=None, caller=None, client=None):
+    return (time.time(), "GET", path, status, size, seconds, call_id, caller, client)
 
 
 async def test_access_sink_line_is_the_line_logging_writes():
@@ -116,10 +116,11 @@ async def test_access_sink_json_line_is_the_record_json_formatter_writes():
     try:
         sink = AccessSink(h.console, "json")
         caller = ("org_1", None)
-        sink.add(_entry("/api/v1/me", 401, 0, 0.00025, "call_9", caller))
+        sink.add(_entry("/api/v1/me", 401, 0, 0.00025, "call_9", caller, "203.0.113.5"))
         record = logging.makeLogRecord({"name": "aiohttp.access", "levelno": logging.INFO, "levelname": "INFO",
                                         "msg": "GET /api/v1/me 401 0 0.2ms"})
-        setattr(record, logs.EXTRA_FIELDS, fields("GET", "/api/v1/me", 401, 0, 0.00025, "call_9", caller))
+        setattr(record, logs.EXTRA_FIELDS, fields("GET", "/api/v1/me", 401, 0, 0.00025, "call_9", caller,
+                                                  "203.0.113.5"))
         logging.getLogger("aiohttp.access").handle(record)
         h.flush()
         ours, theirs = (json.loads(line) for line in out.shown.splitlines())
@@ -127,7 +128,7 @@ async def test_access_sink_json_line_is_the_record_json_formatter_writes():
         assert ours == theirs == {"level": "INFO", "logger": "aiohttp.access", "msg": "GET /api/v1/me 401 0 0.2ms",
                                   "call_id": "call_9", "org_id": "org_1", "member_id": None, "surface": "api",
                                   "method": "GET", "path": "/api/v1/me", "status": 401, "bytes": 0,
-                                  "duration_ms": 0.2}
+                                  "duration_ms": 0.2, "client": "203.0.113.5"}
     finally:
         h.close()
         restore()

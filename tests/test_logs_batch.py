@@ -17,7 +17,7 @@ async def test_access_lines_are_written_in_batches_of_at_most_256():
     sink = AccessSink(console)
     try:
         for i in range(300):
-            sink.add((time.time(), "GET", f"/call/t/{i}", 200, 0, 0.0, None, None))
+            sink.add((time.time(), "GET", f"/call/t/{i}", 200, 0, 0.0, None, None, None))
         # the first 256 were formatted and written as one batch without waiting for the timer; the rest wait
         lines = out.getvalue().splitlines()
         assert len(lines) == 256 and len(sink._kept) == 44

@@ -6,23 +6,14 @@ Screenshots of each page go to ``TREG_UI_SHOTS_DIR`` (default /tmp/treg-ui-shots
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from treg.testing import browser as chromium_browser
+
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
-
-CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
-
-
-def chromium_path() -> str | None:
-    env = os.environ.get("TREG_CHROMIUM")
-    for path in ((env,) if env else ()) + CANDIDATES:
-        if path and Path(path).exists():
-            return path
-    return shutil.which("chromium")
 
 
 SHOTS = Path(os.environ.get("TREG_UI_SHOTS_DIR", "/tmp/treg-ui-shots"))
@@ -32,13 +23,10 @@ PAGES = ("Overview", "Tools", "Secrets", "Members and tokens", "Deny rules", "Ac
 
 @pytest.fixture
 async def browser():
-    path = chromium_path()
-    if path is None:
-        pytest.skip("no chromium binary (apt-get install -y chromium); Playwright cannot download browsers here")
-    async with pw.async_playwright() as p:
-        b = await p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+    if (why := chromium_browser.skip_reason()) is not None:
+        pytest.skip(why)
+    async with chromium_browser.chromium() as b:
         yield b
-        await b.close()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Helpers of the dashboard's tests: log in over HTTP, read a page's CSRF token."""
+"""Helpers of the dashboard's tests: log in over HTTP as a browser would (the login form's token, its
+pre-login cookie and treg's own Origin), read a page's CSRF token."""
 
 from __future__ import annotations
 
@@ -6,6 +7,27 @@ import re
 from typing import Any
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+FORM_TOKEN = re.compile(r'name="form_token" value="([^"]*)"')
+
+
+def own_origin(client: Any) -> str:
+    """The origin a browser on ``client``'s server sends (``http://127.0.0.1:<port>``)."""
+    return str(client.make_url("/")).rstrip("/")
+
+
+async def login_form(client: Any) -> str:
+    """``GET /ui/login`` (``client``'s jar keeps the pre-login cookie); the form's token."""
+    resp = await client.get("/ui/login")
+    assert resp.status == 200, resp.status
+    match = FORM_TOKEN.search(await resp.text())
+    assert match and match.group(1), "no form token on the login page"
+    return match.group(1)
+
+
+async def post_login(client: Any, form: dict[str, str], **kw: Any) -> Any:
+    """The login form sent as treg's own login page sends it (its token fetched first)."""
+    form = {"form_token": await login_form(client), **form}
+    return await client.post("/ui/login", data=form, headers={"Origin": own_origin(client)}, **kw)
 
 
 async def login(client: Any, token: str, org: str | None = None) -> str:
@@ -13,7 +35,7 @@ async def login(client: Any, token: str, org: str | None = None) -> str:
     form = {"token": token}
     if org:
         form["org"] = org
-    resp = await client.post("/ui/login", data=form, allow_redirects=False)
+    resp = await post_login(client, form, allow_redirects=False)
     assert resp.status == 303, (resp.status, await resp.text())
     page = await client.get("/ui/")
     assert page.status == 200

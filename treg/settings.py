@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 from treg.errors import ConfigError
 
@@ -141,8 +143,13 @@ class Settings:
         "TREG_METRICS_TOKEN", None,
         "`GET /metrics` needs `Authorization: Bearer <this>`; unset: answered only to loopback addresses", "secret")
     public_url: str | None = _setting(
-        "TREG_PUBLIC_URL", None, "the URL callers reach treg at (behind a proxy); treg's own origin for the MCP "
-        "Origin check; unset: `http://<listen address>:<port>`")
+        "TREG_PUBLIC_URL", None, "the URL browsers and callers reach treg at (`https://gw.example.com/treg` behind "
+        "a proxy): treg's own origin (the login's and MCP's Origin checks), the path prefix of the URLs it builds, "
+        "and `Secure` on the session cookie when https; unset: `http://<listen address>:<port>`", "url")
+    trusted_proxies: tuple[str, ...] = _setting(
+        "TREG_TRUSTED_PROXIES", (), "comma-separated addresses or CIDRs of reverse proxies whose `X-Forwarded-For` "
+        "and `X-Forwarded-Proto` treg believes (the client address of the logs); from any other peer they are "
+        "ignored", "cidrs")
     mcp_allowed_origins: tuple[str, ...] = _setting(
         "TREG_MCP_ALLOWED_ORIGINS", (), "comma-separated browser origins (`https://app.example`) allowed to POST "
         "to `/mcp` besides treg's own", "list")
@@ -246,6 +253,21 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+#: TREG_PUBLIC_URL's path: RFC 3986 segments, none empty (``//x`` in a Location reads as a host)
+_URL_PATH = re.compile(r"(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+)*/?")
+
+
+def _public_url(text: str) -> str:
+    """An http(s) URL with a host and at most a path: nothing a browser's origin or a path prefix could not
+    be built from (a query, a fragment or userinfo there is a typo, refused at startup)."""
+    parts = urlsplit(text)
+    parts.port  # noqa: B018 (a ValueError for a bad port)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment \
+            or "@" in parts.netloc or not _URL_PATH.fullmatch(parts.path):
+        raise ValueError(f"expected http(s)://host[:port][/path] (the path plain segments), got {text!r}")
+    return text
+
+
 def _convert(name: str, kind: str, raw: Any) -> Any:
     try:
         if kind == "path":
@@ -271,6 +293,8 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             if text not in choices:
                 raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
             return text
+        if kind == "url":
+            return _public_url(str(raw).strip()) if str(raw).strip() else None
         if kind in ("list", "cidrs"):
             items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
             items = tuple(str(i).strip() for i in items if str(i).strip())

@@ -10,7 +10,7 @@ from treg.memo import BoundedMemo
 #: treg's control/infra headers and edge forwarding headers: never reach an upstream
 CONTROL = frozenset({"x-treg-token", "x-treg-org", "ngrok-skip-browser-warning", "x-real-ip", "forwarded", "via"})
 #: treg's own cookies: scrubbed from a caller's Cookie, and an upstream may not set them
-TREG_COOKIES = frozenset({"treg_session", "treg_oauth_state"})
+TREG_COOKIES = frozenset({"treg_session", "treg_login", "treg_oauth_state"})
 
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 SANDBOX = ("Content-Security-Policy", "sandbox")

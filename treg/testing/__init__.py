@@ -9,7 +9,11 @@ binds to 127.0.0.1 only. One module per concern; every name is importable from h
 * ``client``    — requests sent as exact bytes (``raw_request_bytes``, ``raw_exchange``);
 * ``dns``       — ``FakeDns``, an authoritative DNS server on 127.0.0.1;
 * ``gateway``   — ``Gateway``, a running treg with its first org;
-* ``providers`` — ``example_provider`` and ``ProviderPlugin`` for catalog tests.
+* ``providers`` — ``example_provider`` and ``ProviderPlugin`` for catalog tests;
+* ``browser``   — Debian's chromium through Playwright (``async with browser.chromium() as b``);
+* ``nginx``     — ``Nginx``, Debian's nginx in front of a treg: TLS with a throwaway certificate, a path
+  prefix, the location block docs/operations.md gives (these two are imported as modules:
+  ``from treg.testing import nginx``).
 """
 
 from treg.testing.client import RawReply, raw_exchange, raw_request_bytes, read_reply

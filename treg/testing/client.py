@@ -97,9 +97,12 @@ async def read_reply(reader: asyncio.StreamReader, *, head_request: bool = False
 
 
 async def raw_exchange(port: int, data: bytes, *, head_request: bool = False,
-                       timeout: float = 15.0) -> RawReply:
-    """Send ``data`` on a fresh connection to 127.0.0.1:``port`` and read one answer."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                       timeout: float = 15.0, source: str | None = None, tls: Any = None) -> RawReply:
+    """Send ``data`` on a fresh connection to 127.0.0.1:``port`` and read one answer. ``source``: the local
+    address to connect from (another loopback address, ``127.0.0.2``, is another peer to the server);
+    ``tls``: an ``ssl.SSLContext`` to speak TLS with (the server's certificate names 127.0.0.1)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=tls,
+                                                   local_addr=(source, 0) if source else None)
     try:
         writer.write(data)
         await writer.drain()

@@ -14,7 +14,8 @@ Without a sink (aiohttp's test server, an app embedded elsewhere) :class:`Access
 a record, as aiohttp's own access logger would, with the call's fields for a JSON formatter.
 
 Never the query string (callers put keys there) nor a redirect's opaque value; in ``json`` the line
-adds the call's id, org, member and surface.
+adds the call's id, org, member and surface, and the client's address (``client``: the peer's, or what a
+proxy in ``TREG_TRUSTED_PROXIES`` says in ``X-Forwarded-For``, treg/forwarded.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from treg import logs
+from treg.web import forwarded
 
 #: at most this many access lines are formatted in one batch: a bound on memory between two timer
 #: flushes, and on how long one batch holds the loop (docs/performance.md, round 4)
@@ -57,8 +59,9 @@ def logged_path(raw_path: str) -> str:
     return "/redirect/…" if path.startswith("/redirect/") else path
 
 
-#: what one request leaves for its line: (created, method, path, status, bytes, seconds, call_id, caller)
-Entry = tuple[float, str, str, int, int, float, "str | None", "tuple[str, str | None] | None"]
+#: what one request leaves for its line: (created, method, path, status, bytes, seconds, call_id, caller,
+#: client)
+Entry = tuple[float, str, str, int, int, float, "str | None", "tuple[str, str | None] | None", "str | None"]
 
 
 class AccessSink:
@@ -76,13 +79,13 @@ class AccessSink:
         console.add_source(self.take)
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> None:
-        """The line of one request (the call's id and caller are read only when the format shows them)."""
+        """The line of one request (the call's id, caller and client are read only when the format shows them)."""
         if self._json:
-            call_id, caller = response.headers.get(CALL_ID), logs.CALLER.get()
+            call_id, caller, client = response.headers.get(CALL_ID), logs.CALLER.get(), forwarded.client(request)
         else:
-            call_id = caller = None
+            call_id = caller = client = None
         self.add((clock.time(), request.method, logged_path(request.raw_path), response.status,
-                  response.body_length, seconds, call_id, caller))
+                  response.body_length, seconds, call_id, caller, client))
 
     def add(self, entry: Entry) -> None:
         with self._console.lock:
@@ -103,25 +106,26 @@ class AccessSink:
         return "".join([line(entry) for entry in kept])
 
     def _text_line(self, entry: Entry) -> str:
-        created, method, path, status, size, seconds, _, _ = entry
+        created, method, path, status, size, seconds, _, _, _ = entry
         msecs = int((created - int(created)) * 1000)  # as LogRecord computes it
         message = MESSAGE % (method, path, status, size, seconds * 1000)
         return f"{self._text_time.time_text(created, msecs)}{self._prefix}{message}\n"
 
     def _json_line(self, entry: Entry) -> str:
-        created, method, path, status, size, seconds, call_id, caller = entry
+        created, method, path, status, size, seconds, call_id, caller, client = entry
         return orjson.dumps({"ts": self._json_time.ts(created), "level": "INFO", "logger": self._logger,
                              "msg": MESSAGE % (method, path, status, size, seconds * 1000),
-                             **fields(method, path, status, size, seconds, call_id, caller)},
+                             **fields(method, path, status, size, seconds, call_id, caller, client)},
                             default=str).decode() + "\n"
 
 
 def fields(method: str, path: str, status: int, size: int, seconds: float, call_id: str | None,
-           caller: tuple[str, str | None] | None) -> dict[str, Any]:
+           caller: tuple[str, str | None] | None, client: str | None = None) -> dict[str, Any]:
     """An access line's own fields in ``json``."""
     org_id, member_id = caller or (None, None)
     return {"call_id": call_id, "org_id": org_id, "member_id": member_id, "surface": surface(path),
-            "method": method, "path": path, "status": status, "bytes": size, "duration_ms": round(seconds * 1000, 1)}
+            "method": method, "path": path, "status": status, "bytes": size, "duration_ms": round(seconds * 1000, 1),
+            "client": client}
 
 
 class AccessLogger(AbstractAccessLogger):
@@ -146,7 +150,8 @@ class AccessLogger(AbstractAccessLogger):
         # line nobody reads in an access line)
         record = self.logger.makeRecord(self.logger.name, logging.INFO, __file__, 0, MESSAGE,
                                         (method, path, status, size, time * 1000), None)
-        setattr(record, logs.EXTRA_FIELDS, fields(method, path, status, size, time, call_id, caller))
+        setattr(record, logs.EXTRA_FIELDS, fields(method, path, status, size, time, call_id, caller,
+                                                  forwarded.client(request)))
         self.logger.handle(record)
 
     @property

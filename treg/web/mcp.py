@@ -9,10 +9,6 @@ The edge does what only HTTP knows: the Origin check (DNS rebinding), the caller
 
 from __future__ import annotations
 
-import ipaddress
-from typing import Any
-from urllib.parse import urlsplit
-
 from aiohttp import web
 
 from treg import __version__, tenancy
@@ -21,6 +17,7 @@ from treg.keys import SERVICES
 from treg.mcp.backend import PipelineBackend
 from treg.mcp.protocol import INVALID_REQUEST, Endpoint, Reply, ServerInfo
 from treg.mcp.tools import CallerContext
+from treg.origin import normalized_origin, own_origins
 from treg.settings import Settings
 from treg.web.errors import error_response, render_failure
 from treg.web.jsonio import dumps, read_body
@@ -30,44 +27,6 @@ routes = web.RouteTableDef()
 SERVER = ServerInfo(name="treg", version=__version__, title="treg API gateway")
 _CORS_HEADERS = ("Authorization, Content-Type, Accept, MCP-Protocol-Version, Mcp-Method, Mcp-Name, "
                  "X-Treg-Token, X-Treg-Org, X-Treg-Tag")
-
-
-def normalized_origin(value: str) -> str | None:
-    """``scheme://host[:port]`` lower-cased, default port dropped; None when not an http(s) origin."""
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") \
-            or parts.query or parts.username is not None:
-        return None
-    host = parts.hostname.lower()
-    if ":" in host:
-        host = f"[{host}]"
-    default = 80 if parts.scheme == "http" else 443
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
-
-
-def own_origins(settings: Settings, sockname: Any) -> set[str]:
-    """treg's own origin: ``TREG_PUBLIC_URL`` when set, else the address and port the connection came in
-    on (with ``localhost`` and ``127.0.0.1`` for a loopback address) — never the request's Host header,
-    which a DNS-rebinding page controls."""
-    if settings.public_url:
-        parts = urlsplit(settings.public_url.strip())
-        own = normalized_origin(f"{parts.scheme}://{parts.netloc}")
-        return {own} if own else set()
-    if not isinstance(sockname, tuple) or len(sockname) < 2:
-        return set()
-    host, port = str(sockname[0]).split("%", 1)[0], sockname[1]
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return set()
-    names = [f"[{host}]" if ip.version == 6 else host]
-    if ip.is_loopback:
-        names += ["localhost", "127.0.0.1", "[::1]"]
-    return {o for o in (normalized_origin(f"http://{n}:{port}") for n in names) if o}
 
 
 def origin_allowed(request: web.Request, settings: Settings) -> bool | None:

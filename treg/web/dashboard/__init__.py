@@ -16,7 +16,9 @@ import aiohttp_jinja2
 import jinja2
 from aiohttp import web
 
-from treg.web.dashboard import pages
+from treg.keys import SETTINGS
+from treg.origin import path_prefix
+from treg.web.dashboard import pages, tryit
 from treg.web.dashboard.base import STATIC_FILES
 
 
@@ -31,11 +33,14 @@ def templates_dir() -> Path:
 
 def setup(app: web.Application) -> None:
     folder = templates_dir()
-    aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
-                         undefined=jinja2.StrictUndefined)
+    env = aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(str(folder)), autoescape=True,
+                               undefined=jinja2.StrictUndefined)
+    # every link, form action and script path of every page starts with treg's own path prefix
+    env.globals["root"] = path_prefix(app[SETTINGS])
     static = folder / "static"
     for name, ctype in STATIC_FILES.items():
         app.router.add_get(f"/ui/static/{name}", _static(static / name, ctype))
+    app.router.add_routes(tryit.routes)
     app.router.add_routes(pages.routes)  # its last route answers any other /ui/ path with a 404 page
 
 

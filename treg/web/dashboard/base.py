@@ -1,5 +1,8 @@
 """What every dashboard page shares: the session from the cookie, CSRF on every POST, forms read
-within a limit, rendering (and a refusal re-rendered on its page, never a 500)."""
+within a limit, rendering (and a refusal re-rendered on its page, never a 500), and treg's own URLs:
+every path handed to a browser (links, form actions, redirects, the cookie's Path) starts with
+``TREG_PUBLIC_URL``'s path prefix (treg/origin.py), since a proxy serving treg under ``/treg/`` strips
+it before treg sees the request."""
 
 from __future__ import annotations
 
@@ -14,9 +17,12 @@ from aiohttp import web
 from treg import ui_sessions
 from treg.context import Services
 from treg.errors import BadRequest, TregError
-from treg.keys import SERVICES
+from treg.keys import SERVICES, SETTINGS
+from treg.origin import path_prefix, public_https
+from treg.settings import Settings
 from treg.tenancy import Identity
 from treg.ui_sessions import COOKIE, Session
+from treg.web import forwarded
 from treg.web.jsonio import read_body
 
 log = logging.getLogger("treg.web.dashboard")
@@ -64,11 +70,17 @@ def finish(resp: web.StreamResponse) -> web.StreamResponse:
     return resp
 
 
-def see_other(location: str, done: str | None = None) -> web.Response:
-    """Post/redirect/get: a reload never repeats the form; ``done`` is the page's one-line confirmation."""
+def root(request: web.Request) -> str:
+    """The path prefix of every URL treg hands a browser (``""`` without one)."""
+    return path_prefix(request.app[SETTINGS])
+
+
+def see_other(request: web.Request, location: str, done: str | None = None) -> web.Response:
+    """Post/redirect/get: a reload never repeats the form; ``done`` is the page's one-line confirmation.
+    ``location`` is a dashboard path as treg routes it (``/ui/tools``); the answer carries the prefix."""
     if done:
         location += ("&" if "?" in location else "?") + urllib.parse.urlencode({"done": done})
-    return finish(web.Response(status=303, headers={"Location": location}))  # type: ignore[return-value]
+    return finish(web.Response(status=303, headers={"Location": root(request) + location}))  # type: ignore[return-value]
 
 
 async def read_form(request: web.Request) -> dict[str, str]:
@@ -108,10 +120,8 @@ def page(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamRe
             session = await current_session(request)
             if session is None:
                 if request.method == "GET":
-                    target = "/ui/login?" + urllib.parse.urlencode({"next": request.rel_url.path_qs})
-                else:
-                    target = "/ui/login"
-                return finish(web.Response(status=303, headers={"Location": target}))
+                    return see_other(request, "/ui/login?" + urllib.parse.urlencode({"next": request.rel_url.path_qs}))
+                return see_other(request, "/ui/login")
             form: dict[str, str] = {}
             if request.method == "POST":
                 form = await read_form(request)
@@ -143,5 +153,16 @@ def field_error(exc: TregError, fields: dict[str, tuple[str, ...]]) -> dict[str,
     return {under: exc.detail}
 
 
-def cookie_kwargs(request: web.Request, max_age: int) -> dict[str, Any]:
-    return {"httponly": True, "samesite": "Strict", "secure": request.secure, "path": "/", "max_age": max_age}
+def served_over_https(request: web.Request, settings: Settings) -> bool:
+    """Whether the browser is on https: treg's own origin is (whatever the hop from a TLS-terminating
+    proxy is), the connection itself is TLS, or a trusted proxy says so (``X-Forwarded-Proto``)."""
+    return public_https(settings) or forwarded.scheme(request) == "https"
+
+
+def cookie_kwargs(request: web.Request, max_age: int | None, *, path: str = "/") -> dict[str, Any]:
+    """A dashboard cookie's flags: never readable by scripts, never sent cross-site, ``Secure`` whenever the
+    browser is on https, and ``Path`` within treg's own prefix (``/treg/`` behind a proxy: the cookie is
+    not sent to whatever else the same host serves)."""
+    settings = request.app[SETTINGS]
+    return {"httponly": True, "samesite": "Strict", "secure": served_over_https(request, settings),
+            "path": path_prefix(settings) + path, "max_age": max_age}

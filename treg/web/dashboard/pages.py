@@ -14,7 +14,8 @@ from treg import calls, deny_rules, money, secrets_store, tenancy, tools, ui_ses
 from treg.catalog import ladder
 from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
-from treg.keys import SERVICES
+from treg.keys import SERVICES, SETTINGS
+from treg.origin import own_origins, sent_from
 from treg.ui_sessions import COOKIE
 from treg.web.dashboard.base import (NAV, Page, cookie_kwargs, current_session, error_page, field_error, finish,
                                      page, read_form, see_other)
@@ -40,16 +41,58 @@ def _safe_next(target: str | None) -> str:
 
 def _login_page(request: web.Request, *, status: int = 200, error: str | None = None, orgs: list[Any] | None = None,
                 form: dict[str, str] | None = None) -> web.StreamResponse:
+    """The login form, its token bound to the browser's pre-login cookie. Only showing the form (a GET)
+    sets that cookie (a new one when the browser has none): an answer to a login post sets none, a
+    refusal of one from elsewhere above all (a form shown again there is bound to the cookie the browser
+    already has, which a good post carried)."""
+    svc = request.app[SERVICES]
     form = form or {}
+    issue = request.method == "GET"
+    nonce = ui_sessions.login_nonce(request.cookies.get(ui_sessions.LOGIN_COOKIE))
+    if nonce is None and issue:
+        nonce = ui_sessions.new_login_nonce()
     context = {"error": error, "orgs": orgs or [], "next": _safe_next(form.get("next") or request.query.get("next")),
                "org_value": form.get("org", ""), "ident": None, "nav": NAV, "active": "login", "csrf": "",
-               "flash": request.query.get("done")}
-    return finish(aiohttp_jinja2.render_template("login.html", request, context, status=status))
+               "flash": request.query.get("done"),
+               "form_token": ui_sessions.login_form_token(svc, nonce) if nonce else ""}
+    resp = finish(aiohttp_jinja2.render_template("login.html", request, context, status=status))
+    if issue and nonce:
+        # re-set on every showing, so the cookie outlives the form's token; only the login form reads it
+        resp.set_cookie(ui_sessions.LOGIN_COOKIE, nonce,
+                        **cookie_kwargs(request, ui_sessions.LOGIN_FORM_TTL_S, path="/ui/login"))
+    return resp
+
+
+def _foreign_login(request: web.Request) -> str | None:
+    """Why a login post is refused as login CSRF (surfaces.md, Login) by where it comes from, None when it
+    is not: it must come from treg's own origin (``Origin``, else ``Referer``; never the Host header)."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    if sent_from(request.headers.get("Origin"), request.headers.get("Referer"),
+                 own_origins(request.app[SETTINGS], sockname)):
+        return None
+    return ("this login was not sent from treg's own login page (its Origin is another site's, or missing); "
+            "open the login page at treg's own address and log in there")
+
+
+def _stale_login_form(request: web.Request, form: dict[str, str]) -> str | None:
+    """Why a login post is refused by its form token (the login form's own, for this browser's pre-login
+    cookie, not expired), None when it is good."""
+    if ui_sessions.login_form_ok(request.app[SERVICES], request.cookies.get(ui_sessions.LOGIN_COOKIE),
+                                 form.get("form_token")):
+        return None
+    return "this login form has expired or did not come from this browser's login page; reload it and log in again"
+
+
+def _deleting(request: web.Request, path: str) -> dict[str, Any]:
+    # with the flags it was set with: a browser replaces a Secure cookie only with a Secure one
+    flags = cookie_kwargs(request, None, path=path)
+    del flags["max_age"]
+    return flags
 
 
 @routes.get("/ui")
 async def ui_root(request: web.Request) -> web.StreamResponse:
-    return see_other("/ui/")
+    return see_other(request, "/ui/")
 
 
 @routes.get("/ui/login")
@@ -59,15 +102,16 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 @routes.post("/ui/login")
 async def login(request: web.Request) -> web.StreamResponse:
-    """Login CSRF is moot (a forged login gives the victim the attacker's session, which SameSite=Strict
-    never sends cross-site anyway); the Origin check refuses a form posted from another site."""
+    """A login from treg's own login page only (login CSRF: a page elsewhere must not log the browser
+    into the attacker's org, where the victim's next secrets would land). Refused: 403, no cookie set."""
     svc = request.app[SERVICES]
     form: dict[str, str] = {}
     try:
-        origin = request.headers.get("Origin")
-        if origin not in (None, "null") and urllib.parse.urlsplit(origin).netloc != request.host:
-            return _login_page(request, status=403, error="this login form was sent from another site")
+        if (refusal := _foreign_login(request)) is not None:  # before reading anything
+            return _login_page(request, status=403, error=refusal)
         form = await read_form(request)
+        if (refusal := _stale_login_form(request, form)) is not None:
+            return _login_page(request, status=403, error=refusal, form=form)
         token = form.get("token", "").strip()
         orgs = await ui_sessions.orgs_of_token(svc, token) if token else []
         if len(orgs) > 1 and not form.get("org"):
@@ -78,8 +122,10 @@ async def login(request: web.Request) -> web.StreamResponse:
     except TregError as exc:
         orgs = []
         return _login_page(request, status=exc.status, error=exc.detail, form=form, orgs=orgs)
-    resp = see_other(_safe_next(form.get("next")))
+    resp = see_other(request, _safe_next(form.get("next")))
     resp.set_cookie(COOKIE, session_id, **cookie_kwargs(request, svc.settings.ui_session_ttl_s))
+    # the pre-login cookie has done its work: it is not kept beside the session
+    resp.del_cookie(ui_sessions.LOGIN_COOKIE, **_deleting(request, "/ui/login"))
     return resp
 
 
@@ -95,8 +141,8 @@ async def logout(request: web.Request) -> web.StreamResponse:
             await ui_sessions.logout(svc, request.cookies[COOKIE])
     except TregError as exc:
         return _login_page(request, status=exc.status, error=exc.detail)
-    resp = see_other("/ui/login", done="You are logged out.")
-    resp.del_cookie(COOKIE, path="/")
+    resp = see_other(request, "/ui/login", done="You are logged out.")
+    resp.del_cookie(COOKIE, **_deleting(request, "/"))
     return resp
 
 
@@ -175,7 +221,7 @@ async def tools_create(p: Page) -> web.StreamResponse:
         tool = await tools.create_tool(p.svc, p.ident, _tool_body(p.form))
     except TregError as exc:
         return await _tools_page(p, status=exc.status, errors=field_error(exc, TOOL_FIELDS), form=p.form)
-    return see_other("/ui/tools", done=f"Tool {tool['name']} created.")
+    return see_other(p.request, "/ui/tools", done=f"Tool {tool['name']} created.")
 
 
 @routes.get("/ui/tools/{tool_id}")
@@ -194,14 +240,14 @@ async def tools_update(p: Page) -> web.StreamResponse:
     except TregError as exc:
         return await _tools_page(p, status=exc.status, errors=field_error(exc, TOOL_FIELDS), form=p.form,
                                  editing=tool)
-    return see_other("/ui/tools", done=f"Tool {tool['name']} saved.")
+    return see_other(p.request, "/ui/tools", done=f"Tool {tool['name']} saved.")
 
 
 @routes.post("/ui/tools/{tool_id}/delete")
 @page
 async def tools_delete(p: Page) -> web.StreamResponse:
     await tools.delete_tool(p.svc, p.ident, p.request.match_info["tool_id"])
-    return see_other("/ui/tools", done="Tool deleted.")
+    return see_other(p.request, "/ui/tools", done="Tool deleted.")
 
 
 # -- secrets ----------------------------------------------------------------------------------------
@@ -237,14 +283,14 @@ async def secrets_create(p: Page) -> web.StreamResponse:
     except TregError as exc:
         return await _secrets_page(p, status=exc.status, form=p.form, errors=field_error(exc, {
             "name": ("invalid_name",), "provider": ("invalid_provider",), "value": ("invalid_value",)}))
-    return see_other("/ui/secrets", done=f"Secret {row['name']} stored; its value will not be shown again.")
+    return see_other(p.request, "/ui/secrets", done=f"Secret {row['name']} stored; its value will not be shown again.")
 
 
 @routes.post("/ui/secrets/{secret_id}/delete")
 @page
 async def secrets_delete(p: Page) -> web.StreamResponse:
     await secrets_store.delete_secret(p.svc, p.ident, p.request.match_info["secret_id"])
-    return see_other("/ui/secrets", done="Secret deleted.")
+    return see_other(p.request, "/ui/secrets", done="Secret deleted.")
 
 
 # -- members and tokens -----------------------------------------------------------------------------
@@ -292,7 +338,7 @@ async def tokens_create(p: Page) -> web.StreamResponse:
 @page
 async def tokens_revoke(p: Page) -> web.StreamResponse:
     await tenancy.revoke_token(p.svc, p.ident, p.request.match_info["token_id"])
-    return see_other("/ui/members", done="Token revoked.")
+    return see_other(p.request, "/ui/members", done="Token revoked.")
 
 
 # -- deny rules -------------------------------------------------------------------------------------
@@ -319,14 +365,14 @@ async def deny_create(p: Page) -> web.StreamResponse:
         return await _deny_page(p, status=exc.status, errors=field_error(exc, {
             "host": ("invalid_host",), "path": ("invalid_path",), "method": ("invalid_method",),
             "member_id": ("invalid_member", "unknown_member")}))
-    return see_other("/ui/deny-rules", done="Deny rule added.")
+    return see_other(p.request, "/ui/deny-rules", done="Deny rule added.")
 
 
 @routes.post("/ui/deny-rules/{rule_id}/delete")
 @page
 async def deny_delete(p: Page) -> web.StreamResponse:
     await deny_rules.delete_rule(p.svc, p.ident, p.request.match_info["rule_id"])
-    return see_other("/ui/deny-rules", done="Deny rule deleted.")
+    return see_other(p.request, "/ui/deny-rules", done="Deny rule deleted.")
 
 
 # -- activity ---------------------------------------------------------------------------------------
@@ -400,16 +446,6 @@ async def capacity(p: Page) -> web.StreamResponse:
     # the same locks GET /api/v1/capacity lists, and like it for owners and admins only
     locks = await p.svc.breaker.locks() if p.ident.is_manager else None
     return p.render("capacity.html", "capacity", locks=locks)
-
-
-# -- try it -----------------------------------------------------------------------------------------
-
-@routes.get("/ui/try")
-@page
-async def try_it(p: Page) -> web.StreamResponse:
-    rows = await tools.list_tools(p.svc, p.ident)
-    endpoints = [ep.id for ep in p.svc.catalog.search(provider=None, capability=None, q=None, status="live")]
-    return p.render("try.html", "try", tools=rows, endpoints=endpoints)
 
 
 @routes.get("/ui/{rest:.*}")

@@ -1,0 +1,50 @@
+"""Debian's chromium driven by Playwright, for tests of the dashboard (and of what a browser does with
+treg's answers: cookies, Origin, redirects). Playwright cannot download browsers here, so the system's
+binary is used; a test skips (with the reason) when there is none or Playwright is not installed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+def chromium_path() -> str | None:
+    """``$TREG_CHROMIUM``, else the first system chromium found, else None."""
+    env = os.environ.get("TREG_CHROMIUM")
+    for path in ((env,) if env else ()) + CANDIDATES:
+        if path and Path(path).exists():
+            return path
+    return shutil.which("chromium")
+
+
+def skip_reason() -> str | None:
+    """Why a browser test cannot run here (None: it can)."""
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright)"
+    if chromium_path() is None:
+        return "no chromium binary (apt-get install -y chromium); Playwright cannot download browsers here"
+    return None
+
+
+@contextlib.asynccontextmanager
+async def chromium(*, args: tuple[str, ...] = ()) -> AsyncIterator[Any]:
+    """A launched headless chromium (a Playwright ``Browser``), closed on exit. ``args`` adds command-line
+    switches (``--ignore-certificate-errors`` for a test's self-signed certificate)."""
+    from playwright.async_api import async_playwright
+
+    path = chromium_path()
+    if path is None:
+        raise RuntimeError(skip_reason())
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=path, args=["--no-sandbox", *args])
+        try:
+            yield browser
+        finally:
+            await browser.close()
