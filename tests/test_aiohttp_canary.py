@@ -20,6 +20,8 @@ or re-verify it, then update this file. What treg relies on, and where:
   ``_read_timeout`` and ``_loop``, and calls ``_on_read_timeout``; ``DeadlineConnector(TCPConnector)`` replaces
   ``self._factory`` (a ``functools.partial(ResponseHandler, loop=...)``) after ``__init__`` and overrides
   ``async close(*, abort_ssl=False)``.
+* ``treg/infra/dns.py`` ``VettingConnector(TCPConnector)``: overrides ``async connect(req, traces, timeout)``
+  (the session asks it for every request's connection, pooled or new) and reads ``req.url``.
 * ``treg/web/access_log.py`` ``AccessLogger(AbstractAccessLogger)``: ``__init__(logger, log_format)`` and
   ``log(request, response, time)``; ``AppRunner(..., handler_cancellation=True)`` reaches ``web.Server``.
 """
@@ -215,3 +217,17 @@ async def test_tcp_connector_factory_and_close():
           and params(aiohttp.TCPConnector.close) == [("self", EMPTY), ("abort_ssl", False)],
           "async TCPConnector.close(self, *, abort_ssl=False)", "treg/infra/read_deadlines.py DeadlineConnector")
     assert "close" in DeadlineConnector.__dict__
+
+
+def test_connector_connect_is_asked_for_every_request():
+    """``VettingConnector`` vets in ``connect``, which the session calls for every request (a pooled
+    connection and a redirect's next hop included) with a request whose ``url`` is where it goes."""
+    from treg.infra.dns import VettingConnector
+
+    check(inspect.iscoroutinefunction(aiohttp.BaseConnector.connect)
+          and [n for n, _ in params(aiohttp.BaseConnector.connect)] == ["self", "req", "traces", "timeout"],
+          "async BaseConnector.connect(self, req, traces, timeout)", "treg/infra/dns.py VettingConnector")
+    source = inspect.getsource(aiohttp.ClientSession._request)
+    check("self._connector.connect(" in source, "ClientSession._request calling self._connector.connect",
+          "treg/infra/dns.py VettingConnector")
+    assert "connect" in VettingConnector.__dict__

@@ -302,3 +302,30 @@ def test_the_rollout_is_a_stable_hash_share():
     assert picked == [p for p in pairs if in_rollout(*p, 30)]  # the same pairs every time
     assert set(picked) <= {p for p in pairs if in_rollout(*p, 60)}  # a wider rollout keeps them in
     assert all(in_rollout(*p, 100) for p in pairs[:50]) and not any(in_rollout(*p, 0) for p in pairs[:50])
+
+
+async def test_the_event_says_why_the_classifier_and_the_archive_decided(world):
+    """``tool_called`` carries the classifier's reason and the archive's admission decision (issue 20
+    item 13; the seed's result_reason and cache_admission), beside result_state and cache_state."""
+    acme, _, _, _, events = world
+    calls = [("people.find", "ivy", {}), ("people.find", "ivy", {}), ("people.find", "nobody", {}),
+             ("people.admit", "nobody", {}), ("people.find", "weird", {}), ("people.find", "text", {}),
+             ("people.find", "jo", {"X-Treg-Cache": "bypass"}), ("people.find", "fail", {}),
+             ("people.classified", "hal", {}), ("people.plain", "hal", {}),
+             ("people.find", "gzip", {"Accept-Encoding": "gzip"})]
+    for endpoint, q, headers in calls:
+        await _get(acme, endpoint, q, **headers)
+    got = [(e["result_state"], e["result_reason"], e["cache_state"], e["cache_admission"]) for e in events.tool_called]
+    assert got == [
+        ("hit", "hit_rule", "stored", "admitted"),
+        ("hit", "hit_rule", "hit", None),  # a hit: classified from the stored body, nothing to admit
+        ("miss", "miss_rule", "miss", "result_miss"),
+        ("miss", "miss_rule", "stored", "admitted"),  # admit_misses
+        ("unknown", "no_rule_held", "miss", "result_unknown"),
+        ("unknown", "not_json", "miss", "result_unknown"),
+        ("hit", "hit_rule", "miss", "bypass"),
+        (None, None, "miss", "not_2xx"),
+        ("hit", "hit_rule", None, None),  # classified, not archived
+        (None, None, None, None),
+        ("hit", "hit_rule", "miss", "encoded"),  # relayed as the vendor sent it, never stored compressed
+    ]

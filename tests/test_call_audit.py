@@ -147,7 +147,7 @@ def test_record_fills_every_column_from_its_source():
 
     inp = CallInput(call_id="call_1", surface="call", method="POST", rest="t/x", raw_query="", headers=(),
                     token="tok", org_hint=None, body=None, content_length=None, tag="tag-1",
-                    parent_call_id="call_0")
+                    parent_call_id="call_0", user_agent="sdk/1.0 " + "x" * 300)
     state = CallState(inp)
     state.ident = SimpleNamespace(org_id="org_1", member_id="mem_1")
     state.target = SimpleNamespace(upstream_url="https://api.example/x?key=K", provider="api.example",
@@ -155,6 +155,8 @@ def test_record_fills_every_column_from_its_source():
                                    tool=SimpleNamespace(id="tool_1", name="t"))
     state.cost_micro, state.hold_state, state.ttfb_ms, state.kind = 7, "settled", 3, "async_poll"
     state.result_state, state.cache_state = "miss", "stored"
+    state.result_reason, state.cache_admission = "miss_rule", "result_miss"
+    state.capacity_probe, state.smoothed = object(), ("wait=12", "retry=1")
     from treg.capacity.classify import Unrecorded
 
     state.capacity_signal = Unrecorded(provider="api.example", endpoint="ep_1", status=418, word="quota")
@@ -172,6 +174,25 @@ def test_record_fills_every_column_from_its_source():
                    "error_request": {"a": 1}, "error_response": {"b": 2}, "failure_kind": "fk",
                    "parent_call_id": "call_0", "result_state": "miss", "cache_state": "stored",
                    "kind": "async_poll", "capacity_signal": "unrecorded",
-                   "served_via": None}  # set only on an overflow attempt's row
+                   "served_via": None,  # set only on an overflow attempt's row
+                   # the event's own fields (not columns)
+                   "user_agent": ("sdk/1.0 " + "x" * 300)[:256], "probe": True, "smoothed": "wait=12, retry=1",
+                   "result_reason": "miss_rule", "cache_admission": "result_miss"}
     with pytest.raises(TypeError):
         state.record(outcome="ok", status=200, respones_bytes=1)  # a misspelt column is refused
+
+
+def test_the_events_own_fields_never_travel_to_the_database():
+    """The fields after the last column (user agent, probe, smoothing, reasons) ride the event only: a
+    batch sends each record up to its last stored column."""
+    import json as _json
+
+    from treg.call.audit import insert_sql
+
+    rec = CallRecord(id="call_ua", org_id="org_1", member_id=None, surface="call", method="GET", target="t/x",
+                     outcome="ok", served_via="overflow:x", user_agent="UA-" + "u" * 200, probe=True,
+                     smoothed="wait=3", result_reason="hit_rule", cache_admission="admitted")
+    _, params = insert_sql([rec])
+    [row] = _json.loads(params["rows"])
+    assert row[-1] == "overflow:x" and len(row) == CallRecord._fields.index("served_via") + 1
+    assert "UA-" not in params["rows"] and "admitted" not in params["rows"]

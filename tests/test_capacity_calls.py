@@ -122,6 +122,9 @@ async def test_a_locked_provider_is_refused_before_the_claim_and_the_hold(start)
     env.vendor.then(out_of_credits())
     probe = await env.get()  # this process's one probe of the interval
     assert probe.status == 402 and probe.headers["X-Treg-Capacity-Probe"] == "1"
+    # the event says so too (issue 20 item 13); the striking calls were no probes
+    assert env.events.called(probe.headers["X-Treg-Call-Id"])["probe"] is True
+    assert [env.events.called(r.headers["X-Treg-Call-Id"])["probe"] for r in struck] == [False, False]
     sent = len(env.vendor.seen)
 
     r = await env.get("/catalog/call/vend.items.get?item_id=2", headers={"Idempotency-Key": "label-1"})
@@ -306,6 +309,7 @@ async def test_a_short_burst_429_on_a_get_is_re_sent_once_on_the_same_hold(start
     assert time.monotonic() - t0 >= 1.0
     assert r.status == 200 and await r.json() == {"item": 1}
     assert r.headers["X-Treg-Smoothed"] == "retry=1" and r.headers["X-Treg-Cost-Micro"] == "1000"
+    assert env.events.called(r.headers["X-Treg-Call-Id"])["smoothed"] == "retry=1"  # the event's signal
     first, second = env.vendor.seen
     assert first.raw == second.raw  # identical, byte for byte
     hold = await hold_of(env.svc, r.headers["X-Treg-Call-Id"])
@@ -357,6 +361,9 @@ async def test_the_spacer_spaces_a_providers_calls_and_says_so(start):
     assert [r.status for r in pair] == [200, 200]
     smoothed = sorted(r.headers.get("X-Treg-Smoothed", "") for r in pair)
     assert smoothed[0] == "" and re.fullmatch(r"wait=\d+, retry=1", smoothed[1]), smoothed
+    # the tool_called event carries what the header says, null when nothing was smoothed
+    for r in (*replies, *pair):
+        assert env.events.called(r.headers["X-Treg-Call-Id"])["smoothed"] == r.headers.get("X-Treg-Smoothed")
 
 
 async def test_own_tier_calls_are_never_spaced(start):

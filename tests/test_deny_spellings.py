@@ -19,12 +19,17 @@ DODGES = [
     # lenient decoders: decoded twice, overlong UTF-8 for ASCII, trailing dots cut from a segment (IIS)
     "/v1/%252e%252e/status/418", "/v1/%252E%252E/status/418", "/status%252F418", "/v1/%c0%ae%c0%ae/status/418",
     "/v1/%C0%AE./status/418", "/status%c0%af418", "/status/418.", "/status./418", "/status.../418",
+    # ... written or encoded, dots and spaces alike (issue 20 item 11: ``%2e`` once passed where ``.`` did not)
+    "/status/418%2e", "/status/418%2E", "/status/418%2e%2e", "/status/418%2E%2e", "/status/418%2e/sub",
+    "/status%2e/418", "/status/418%20", "/status/418.%20", "/status/418%2e%20", "/status/418%20%2e",
+    "/status/418%252e", "/status/418%2520", "/status/418%c0%ae", "/status/418%c0%a0", "/STATUS/418%2E",
+    "/status%20/418/x", "/v1/..%20/status/418", "/status/418 ", "/status/418. ", "/status /418",
 ]
 
 # ... and these are other resources
 LOOKALIKES = ["/status/4180", "/status/418x", "/status/418X", "/status/41", "/statuses/418", "/status",
-              "/status/", "/xstatus/418", "/v1/status/418", "/status/418%20", "/status/%2e418",
-              "/status/418.json", "/status/..418", "/status/418%2500"]
+              "/status/", "/xstatus/418", "/v1/status/418", "/status/%2e418", "/status/%20418",
+              "/status/418.json", "/status/..418", "/status/418%2500", "/status/418%09", "/status/418_"]
 
 
 @pytest.mark.parametrize("path", DODGES)
@@ -126,6 +131,25 @@ async def _assert_denied(gateway, r, rule, *, head=False):
     row = await gateway.api("GET", f"/api/v1/calls/{r.header('X-Treg-Call-Id')}", expect=200)
     assert row["outcome"] == "refused" and row["refused_by"] == "deny" and row["status"] == 403
     assert row["error_code"] == "denied_by_rule"
+
+
+# the spellings issue 20 reported (a rule on /victim/admin): each reached the upstream on the old code
+VICTIM_DODGES = ["/victim/admin%2e", "/victim/admin%2E", "/victim/admin%2e%2e", "/victim/admin%2e/sub",
+                 "/victim/admin%252e", "/victim/admin%c0%ae", "/victim/admin.", "/victim/admin%20",
+                 "/victim/admin.%20", "/victim/ADMIN%2E%2e/sub", "/victim%2e/admin%20/x"]
+
+
+@pytest.mark.parametrize("path", VICTIM_DODGES)
+async def test_trailing_dots_and_spaces_of_a_segment_are_denied_however_written(gateway, up, path):
+    await gateway.tool("t", up.url)
+    rule = await gateway.api("POST", "/api/v1/deny-rules", expect=201,
+                             json={"host": "127.0.0.1", "path": "/victim/admin", "reason": "teapot"})
+    for target in _shapes(up, path):
+        await _assert_denied(gateway, await gateway.raw("GET", target), rule)
+    assert up.exchanges == []
+    for other in ("/victim/admins", "/victim/.admin", "/victim/admin.json"):  # other resources still pass
+        assert (await gateway.raw("GET", f"/call/t{other}")).status == 200
+    assert [ex.target for ex in up.exchanges] == ["/victim/admins", "/victim/.admin", "/victim/admin.json"]
 
 
 HTTP_DODGES = ["//status/418", "/status/418;x=1", "/STATUS/418", "/status/418/", "/status//418",

@@ -67,3 +67,47 @@ async def test_a_refusal_matches_the_documented_error_body(client):
     body = await resp.json()
     assert set(openapi.SCHEMAS["Error"]["required"]) <= set(body)
     assert body["blame"] in openapi.SCHEMAS["Error"]["properties"]["blame"]["enum"]
+
+
+# -- closed body schemas are what the routes enforce (issue 20 item 11: the three PUT /api/v1/limits/…
+# routes took unknown fields their schemas forbid) -----------------------------------------------------
+
+def _bodies() -> list[tuple[str, str]]:
+    return [(m, p) for (m, p), op in openapi.OPERATIONS.items() if "requestBody" in op]
+
+
+def test_every_request_body_schema_is_closed():
+    """A body schema that took any field would make a typo a silent no-op; every one says so."""
+    bodies = _bodies()
+    assert ("PUT", "/api/v1/limits/daily-cap") in bodies and len(bodies) >= 11
+    open_ones = [(m, p) for m, p in bodies if openapi.body_fields(m, p) is None]
+    assert open_ones == [], "request bodies whose schema is not additionalProperties: false"
+
+
+async def test_an_unknown_field_is_refused_on_every_route_that_takes_a_body(gateway):
+    """One rule, from the document: each closed schema's route answers 400 invalid_field for a field it
+    does not name, before anything else about the body is looked at (and nothing changes)."""
+    member = await gateway.member("m@acme.test")
+    ids = {"tool_id": (await gateway.tool("t", "https://93.184.216.34/"))["id"], "tag": "team",
+           "member_id": member["member_id"]}
+    before = await gateway.api("GET", "/api/v1/limits", expect=200)
+    for method, path in _bodies():
+        url = path.format(**ids)
+        allowed = openapi.body_fields(method, path)
+        good = {"micro": 5, "budget_micro": 5, "daily_cap_micro": 5}
+        body = {k: v for k, v in good.items() if k in allowed} | {"zz_typo": 1}
+        r = await gateway.client.request(method, url, json=body, headers=gateway.owner)
+        got = await r.json()
+        assert r.status == 400 and got["error"] == "invalid_field" and "zz_typo" in got["detail"], (method, path, got)
+        assert r.headers["X-Treg-Error"] == "1" and got["blame"] == "caller"
+    assert await gateway.api("GET", "/api/v1/limits", expect=200) == before  # no limit was set
+
+
+async def test_the_limits_routes_refuse_a_misspelt_limit(gateway):
+    member = await gateway.member("m@acme.test")
+    for url, ok, typo in (("/api/v1/limits/daily-cap", {"micro": 5}, {"budget_micro": 9}),
+                          ("/api/v1/limits/tags/team", {"budget_micro": 5}, {"budget": 9}),
+                          (f"/api/v1/limits/members/{member['member_id']}", {"daily_cap_micro": 5}, {"cap": 9})):
+        r = await gateway.client.put(url, json=ok | typo, headers=gateway.owner)
+        assert r.status == 400 and (await r.json())["error"] == "invalid_field", url
+        assert (await gateway.client.put(url, json=ok, headers=gateway.owner)).status == 200

@@ -126,3 +126,32 @@ async def test_call_time_refuses_what_registration_refuses(gateway, public_dns, 
     body = await r.json()
     assert body["error"] == "ssrf_refused" and r.headers["X-Treg-Error"] == "1"
     assert up.exchanges == []
+
+
+# -- hosts no call could use are malformed (issue 20 item 11: they were stored, 201) -----------------
+
+@pytest.mark.parametrize("base_url", [
+    "https://api.example.com%00.evil/v1", "https://api.example.com%40evil.example/v1", "https://evil%2Fx.example/",
+    "https://evil%2fx.example/", "https://api.example\\evil.example/", "https://api.example.com\\@evil.example/",
+    "https://api%252Fevil.example/", "https://a%3A80.example/", "https://a%20b.example/", "https://a%5Bb%5D.example/",
+    "https://a%25.example/", "https://a%ff.example/",
+])
+async def test_a_host_no_call_could_use_is_refused_on_register_and_patch(client, owner, base_url):
+    resp = await register(client, owner["headers"], base_url)
+    body = await resp.json()
+    assert resp.status == 400 and body["error"] == "invalid_base_url" and body["blame"] == "caller", body
+    assert resp.headers["X-Treg-Error"] == "1"
+    tool = await (await register(client, owner["headers"], "https://93.184.216.34/v1", name="ok")).json()
+    resp = await client.patch(f"/api/v1/tools/{tool['id']}", json={"base_url": base_url}, headers=owner["headers"])
+    body = await resp.json()
+    assert resp.status == 400 and body["error"] == "invalid_base_url", body
+    listed = await (await client.get("/api/v1/tools", headers=owner["headers"])).json()
+    assert [t["base_url"] for t in listed["tools"]] == ["https://93.184.216.34/v1"]  # nothing stored or changed
+
+
+@pytest.mark.parametrize("base_url", ["https://user:p%40ss@93.184.216.34/v1", "https://[2606:4700::1111]:8443/v1",
+                                      "https://ex%61mple.com/v1"])
+async def test_percent_encoding_elsewhere_still_registers(client, owner, fake_dns, base_url):
+    fake_dns.records["example.com"] = [("93.184.216.34", 60)]
+    resp = await register(client, owner["headers"], base_url)
+    assert resp.status == 201, await resp.text()

@@ -14,8 +14,8 @@ from treg.ids import new_id
 from treg.infra.schema import deny_rules, members, projects
 from treg.tenancy import Identity, changes, delete_org_row, org_rows, refuse_unknown_fields, require_manager
 
-_HOST = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?$")
-_METHOD = re.compile(r"^[A-Za-z]{1,16}$")
+_HOST = re.compile(r"\A(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?\Z")
+_METHOD = re.compile(r"\A[A-Za-z]{1,16}\Z")
 _NOT_IN_PATH = re.compile(r"[?#\x00-\x1f\x7f]")
 COLUMNS = (deny_rules.c.id, deny_rules.c.host, deny_rules.c.path, deny_rules.c.method, deny_rules.c.member_id,
            deny_rules.c.project_id, deny_rules.c.reason, deny_rules.c.created_at)
@@ -25,7 +25,7 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     require_manager(ident)
     refuse_unknown_fields(body, ("host", "path", "method", "member_id", "project_id", "reason"), "a deny rule")
     host = body.get("host")
-    if not isinstance(host, str) or not _HOST.match(host.strip()) or len(host.strip()) > 300:
+    if not isinstance(host, str) or not _HOST.fullmatch(host.strip()) or len(host.strip()) > 300:
         raise BadRequest("host is required: a hostname, optionally with :port (e.g. api.stripe.com:443)",
                          code="invalid_host")
     path, method, reason = body.get("path"), body.get("method"), body.get("reason")
@@ -35,7 +35,7 @@ async def create_rule(svc: Services, ident: Identity, body: dict[str, Any]) -> d
         # matched against the path alone (no query, no fragment): such a rule could never fire
         raise BadRequest("path must be a URL path: no '?', '#' or control characters, "
                          "at most 2000 characters", code="invalid_path")
-    if method is not None and (not isinstance(method, str) or not _METHOD.match(method)):
+    if method is not None and (not isinstance(method, str) or not _METHOD.fullmatch(method)):
         raise BadRequest("method must be an HTTP method such as POST", code="invalid_method")
     if reason is not None and not isinstance(reason, str):
         raise BadRequest("reason must be a string", code="invalid_reason")

@@ -36,7 +36,7 @@ from treg.infra.schema import idempotency_keys
 TTL_S = 24 * 3600
 #: HMAC key of the platform-tier Idempotency-Key rewrite (a fixed domain separator, not a secret)
 _SHARED_KEY_DOMAIN = b"treg/platform-idempotency-key/v1"
-_LABEL = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,254}$")
+_LABEL = re.compile(r"\A[\x21-\x7e][\x20-\x7e]{0,254}\Z")
 _CLAIM_ATTEMPTS = 3
 
 
@@ -75,7 +75,7 @@ class Claim:
 
 
 def check_label(label: Any) -> str:
-    if not isinstance(label, str) or not _LABEL.match(label) or label != label.strip():
+    if not isinstance(label, str) or not _LABEL.fullmatch(label) or label != label.strip():
         raise BadRequest("an Idempotency-Key is 1-255 printable ASCII characters", code="invalid_idempotency_key")
     return label
 

@@ -17,3 +17,7 @@ CLIENT: web.AppKey[aiohttp.ClientSession] = web.AppKey("client")
 
 #: extra headers treg.web.errors adds to a refusal of this request (X-Treg-Call-Id on call surfaces)
 ERROR_HEADERS: web.RequestKey[dict[str, str]] = web.RequestKey("error_headers", dict)
+
+#: the fields a management route's JSON body may hold, when its OpenAPI schema is closed
+#: (``additionalProperties: false``): set by treg.web.errors.add_routes, enforced by read_json_object
+BODY_FIELDS: web.RequestKey[frozenset[str]] = web.RequestKey("body_fields", frozenset)

@@ -40,7 +40,7 @@ UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 
 #: distinct values one label may take before new ones are counted as ``other``
 LABEL_VALUES_MAX = 32
-_LABEL = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+_LABEL = re.compile(r"\A[a-z][a-z0-9_]{0,31}\Z")
 #: distinct label tuples kept as recorded; past it, new ones are recorded already bounded
 _RAW_KEYS_MAX = 4096
 
@@ -76,7 +76,7 @@ class _Bounded:
             return ""
         if value in self._seen:
             return value
-        if not _LABEL.match(value) or len(self._seen) >= LABEL_VALUES_MAX:
+        if not _LABEL.fullmatch(value) or len(self._seen) >= LABEL_VALUES_MAX:
             return "other"
         self._seen.add(value)
         return value

@@ -25,11 +25,15 @@ from treg.plugins import PluginFailed, PluginHost, call_hook
 
 HOOK = "treg_register_result_classifiers"
 HIT, MISS, UNKNOWN = "hit", "miss", "unknown"
+#: why a verdict (the ``tool_called`` event's ``result_reason``): the hit rule held, the miss rule held,
+#: the answer is no JSON object or array, or it is JSON and neither rule held
+HIT_RULE, MISS_RULE, NOT_JSON, NO_RULE = "hit_rule", "miss_rule", "not_json", "no_rule_held"
+REASONS = (HIT_RULE, MISS_RULE, NOT_JSON, NO_RULE)
 ROW_KEYS = frozenset({"endpoint", "hit", "miss", "admit_misses"})
 #: the predicates, one per rule: ``nonempty``/``empty`` take ``true``; ``equals`` a JSON scalar;
 #: ``in`` a non-empty list of JSON scalars
 PREDICATES = ("nonempty", "empty", "equals", "in")
-_PATH = re.compile(r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$")
+_PATH = re.compile(r"\A[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*\Z")
 _MISSING = MISSING
 
 
@@ -80,13 +84,17 @@ class Classifier:
     def classify(self, answer: Any) -> str:
         """``hit``, ``miss`` or ``unknown`` for a decoded JSON answer (None: not JSON). The hit rule is
         asked first, so a row whose rules overlap calls such an answer a hit."""
+        return self.explain(answer)[0]
+
+    def explain(self, answer: Any) -> tuple[str, str]:
+        """(verdict, reason): :meth:`classify`'s verdict and which of :data:`REASONS` led to it."""
         if not isinstance(answer, (dict, list)):
-            return UNKNOWN
+            return UNKNOWN, NOT_JSON
         if self.hit is not None and self.hit.holds(answer):
-            return HIT
+            return HIT, HIT_RULE
         if self.miss is not None and self.miss.holds(answer):
-            return MISS
-        return UNKNOWN
+            return MISS, MISS_RULE
+        return UNKNOWN, NO_RULE
 
     def admits(self, verdict: str) -> bool:
         """Whether the archive may store an answer so classified (``unknown`` never)."""
@@ -120,7 +128,7 @@ def _rule(raw: Any, where: str, bad: Any) -> Rule | None:
     if unknown:
         bad(where, f"unknown keys {unknown}; a rule is a path and one of {', '.join(PREDICATES)}")
         return None
-    if not isinstance(path, str) or not _PATH.match(path):
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
         bad(f"{where}.path", f"{path!r} must be a dotted path into the JSON answer (list items by index: a.0.b)")
         return None
     if len(ops) != 1:

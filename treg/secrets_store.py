@@ -19,7 +19,7 @@ from treg.infra.crypto import SecretBox
 from treg.infra.schema import secrets, tools
 from treg.tenancy import Identity, changes, delete_org_row, org_rows, refuse_unknown_fields, require_manager
 
-_PROVIDER = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_PROVIDER = re.compile(r"\A[a-z0-9][a-z0-9-]{0,63}\Z")
 PUBLIC_COLUMNS = (secrets.c.id, secrets.c.name, secrets.c.provider, secrets.c.created_at, secrets.c.updated_at)
 
 
@@ -41,7 +41,7 @@ async def create_secret(svc: Services, ident: Identity, body: dict[str, Any]) ->
     name, provider = body.get("name"), body.get("provider")
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise BadRequest("a secret needs a non-empty name (at most 200 characters)", code="invalid_name")
-    if provider is not None and (not isinstance(provider, str) or not _PROVIDER.match(provider)):
+    if provider is not None and (not isinstance(provider, str) or not _PROVIDER.fullmatch(provider)):
         raise BadRequest("provider is a lower-case id of a-z, 0-9 and '-'", code="invalid_provider")
     plaintext, is_json = _encode_value(body.get("value"))
     secret_id = new_id("sec")

@@ -109,6 +109,10 @@ class Settings:
         "largest body `X-Treg-Body-Encoding` may decode to (and largest encoded body accepted)", "int")
     json_body_max_bytes: int = _setting(
         "TREG_JSON_BODY_MAX_BYTES", 16 * 1024 * 1024, "largest body a JSON binding buffers", "int")
+    deny_body_max_bytes: int = _setting(
+        "TREG_DENY_BODY_MAX_BYTES", 1024 * 1024,
+        "largest streamed form, multipart or JSON body the deny check reads for a `_method` field when a "
+        "method rule could otherwise apply; a larger one is refused (`deny_body_uninspectable`)", "int")
     evidence_retention_days: int = _setting(
         "TREG_EVIDENCE_RETENTION_DAYS", 30, "failed-call evidence older than this is pruned", "int")
     cache_ttl_s: float = _setting(

@@ -26,8 +26,8 @@ from treg.infra.schema import members, orgs, projects, tokens, users
 ROLES = ("owner", "admin", "member")
 MANAGER_ROLES = ("owner", "admin")
 TOKEN_PREFIX = "treg_"
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
+_SLUG = re.compile(r"\A[a-z0-9][a-z0-9-]{0,62}\Z")
+_EMAIL = re.compile(r"\A[^@\s]+@[^@\s]+\Z")
 
 
 @dataclass(frozen=True)

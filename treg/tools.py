@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import string
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import and_, delete, func, insert, select, update
 
@@ -27,9 +27,9 @@ from treg.infra.db import Tx
 from treg.infra.schema import members, projects, secrets, tools
 from treg.tenancy import Identity, changes, missing_ids, refuse_unknown_fields, require_manager
 
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$")
+_TOOL_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
-_SETTING_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
+_SETTING_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,127}\Z")
 TOOL_FIELDS = ("name", "base_url", "bindings", "project_id", "allowed_member_ids")
 TOOL_COLUMNS = (tools.c.id, tools.c.name, tools.c.base_url, tools.c.host, tools.c.bindings, tools.c.project_id,
                 tools.c.allowed_member_ids, tools.c.created_at, tools.c.updated_at)
@@ -60,10 +60,41 @@ def parse_base_url(raw: Any) -> tuple[str, str, str]:
         raise BadRequest("base_url has no host", code="invalid_base_url")
     if len(parts.hostname) > 253:  # the longest DNS name; the host column is sized for it
         raise BadRequest("base_url's host is longer than 253 characters", code="invalid_base_url")
+    _check_host_text(parts.netloc, parts.hostname)
     if parts.fragment:
         raise BadRequest("base_url cannot carry a #fragment", code="invalid_base_url")
     del port
     return url, host_of(url), parts.hostname
+
+
+#: WHATWG URL's forbidden domain code points (C0 controls, space, DEL and ``# % / : < > ? @ [ \\ ] ^ |``):
+#: a host holding one, even percent-encoded, names no host any client can dial, and some parsers read
+#: another host or a path out of it (``%40`` as user-info, ``%2F`` as the path, ``\\`` as ``/``)
+_NOT_IN_HOST = frozenset("\x00\t\n\r #%/:<>?@[\\]^|\x7f") | frozenset(map(chr, range(0x20)))
+
+
+def _check_host_text(netloc: str, hostname: str) -> None:
+    """400 for a base URL whose host no call could use: a ``\\`` anywhere in the authority (WHATWG
+    parsers read it as ``/``: ``http://a.example\\@b.example/`` is ``a.example`` to a browser and
+    ``b.example`` to Python), or a host that, percent-decoded (repeatedly, as the SSRF check reads it),
+    holds a forbidden domain code point. An IPv6 literal is the URL parser's to check."""
+    if "\\" in netloc:
+        raise BadRequest("base_url's authority holds a backslash, which URL parsers disagree on (a browser "
+                         "reads it as '/')", code="invalid_base_url")
+    if netloc.rpartition("@")[2].startswith("["):
+        return
+    host = hostname
+    for _ in range(4):
+        decoded = unquote(host, errors="surrogateescape")
+        if decoded == host:
+            break
+        host = decoded
+    # a surrogate escape: a byte that is not UTF-8 (``%ff``), no name either
+    bad = sorted({c for c in host if c in _NOT_IN_HOST or 0xDC80 <= ord(c) <= 0xDCFF})
+    if bad:
+        shown = ", ".join(repr(c) if c.isprintable() and c != " " else f"U+{ord(c):04X}" for c in bad)
+        raise BadRequest(f"base_url's host holds {shown} (as written or percent-encoded), which no host "
+                         "name can hold; no call to it could work", code="invalid_base_url")
 
 
 async def check_ssrf(svc: Services, hostname: str) -> None:
@@ -145,7 +176,7 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
         _check_format(where, fmt)
         if bool(item.get("secret_id")) == bool(item.get("platform_setting")):
             raise BadRequest(f"{where} needs exactly one of secret_id and platform_setting", code="invalid_binding")
-        if item.get("platform_setting") and not _SETTING_NAME.match(item["platform_setting"]):
+        if item.get("platform_setting") and not _SETTING_NAME.fullmatch(item["platform_setting"]):
             raise BadRequest(f"{where}.platform_setting must be a setting name such as TREG_PLATFORM_ADS_TOKEN",
                              code="invalid_binding")
         if item.get("platform_setting") and not platform_setting_allowed(svc, item["platform_setting"]):
@@ -207,7 +238,7 @@ async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> No
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise BadRequest("a tool needs a non-empty name", code="invalid_name")
-    if not _TOOL_NAME.match(name):
+    if not _TOOL_NAME.fullmatch(name):
         raise BadRequest("a tool name is up to 200 characters of letters, digits, '.', '_', '~' and '-' "
                          "(it is the first path segment of /call/<name>/…)", code="invalid_name")
     return name

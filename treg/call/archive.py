@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: the ``tool_called`` event's ``cache_admission``: what the archive decided about a fresh answer it
+#: took part in (None: it did not, or the call was a hit): stored, or why not
+ADMITTED = "admitted"
+ADMISSIONS = (ADMITTED, "bypass", "partial", "not_2xx", "too_large", "encoded", "spooled", "result_miss",
+              "result_unknown", "store_failed")
+
 CONTROL = "x-treg-cache"
 CONTROLS = ("refresh", "bypass")
 #: the tiers whose answers the archive serves and stores (anonymous: free keyless calls, nothing to save)
@@ -167,7 +173,7 @@ async def _hit_outcome(svc: Services, state: "CallState", plan: ArchivePlan, ent
     answer = await metered.answer_evidence(entry.body, ())
     c = classifier(svc, state)
     if c is not None:
-        state.result_state = c.classify(answer)
+        state.result_state, state.result_reason = c.explain(answer)
     stored = ([("Content-Type", entry.content_type)] if entry.content_type else []) + [hdr.NOSNIFF, hdr.SANDBOX]
     if state.claim is not None:
         # stored for a replay before settling, as the settle stage does (a crash between leaves a free call)
@@ -215,9 +221,11 @@ async def _keep(svc: Services, state: "CallState", plan: ArchivePlan, resp: Upst
                 verdict: str | None) -> None:
     c = classifier(svc, state)
     admitted = c is None or (verdict is not None and c.admits(verdict))
-    if not admitted or len(data) > svc.settings.archive_max_bytes or encodings_applied(resp) or plan.key is None \
-            or not storable_status(resp.status):
-        state.cache_state = MISS
+    refusal = (f"result_{verdict}" if not admitted else "too_large" if len(data) > svc.settings.archive_max_bytes
+               else "encoded" if encodings_applied(resp) else "bypass" if plan.key is None
+               else "partial" if not storable_status(resp.status) else None)
+    if refusal is not None:
+        state.cache_state, state.cache_admission = MISS, refusal
         return
     try:
         await store.store(svc, key=plan.key, endpoint=state.target.endpoint_id or "", org_id=plan.org_id,
@@ -225,9 +233,9 @@ async def _keep(svc: Services, state: "CallState", plan: ArchivePlan, resp: Upst
                           ttl_s=plan.policy.ttl_s)
     except TregError as exc:
         log.warning("archive store failed for %s (%s); the answer was relayed", state.target.endpoint_id, exc.code)
-        state.cache_state = MISS
+        state.cache_state, state.cache_admission = MISS, "store_failed"
         return
-    state.cache_state = STORED
+    state.cache_state, state.cache_admission = STORED, ADMITTED
 
 
 async def observe(svc: Services, state: "CallState", resp: UpstreamResponse, data: bytes | None,
@@ -238,14 +246,25 @@ async def observe(svc: Services, state: "CallState", resp: UpstreamResponse, dat
     c = classifier(svc, state)
     verdict = None
     if ok and c is not None:
-        state.result_state = verdict = c.classify(answer)
+        verdict, state.result_reason = c.explain(answer)
+        state.result_state = verdict
     plan = state.archive
     if plan is None:
         return
-    if not storable_status(resp.status) or not plan.keep or data is None:
-        state.cache_state = MISS
+    skipped = _skipped(state, plan, resp) or ("spooled" if data is None else None)
+    if skipped is not None or data is None:
+        state.cache_state, state.cache_admission = MISS, skipped
         return
     await _keep(svc, state, plan, resp, data, verdict)
+
+
+def _skipped(state: "CallState", plan: ArchivePlan, resp: UpstreamResponse) -> str | None:
+    """Why the archive keeps nothing of this answer, known before its body is read (None: it may)."""
+    if not plan.keep:
+        return "partial" if partial_request(state.inp) else "bypass"
+    if not 200 <= resp.status < 300:
+        return "not_2xx"
+    return None if storable_status(resp.status) else "partial"
 
 
 async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResponse) -> AsyncIterator[bytes]:
@@ -258,8 +277,10 @@ async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResp
     limit = svc.settings.archive_max_bytes
     declared = resp.header("content-length")
     too_long = declared is not None and declared.strip().isdigit() and int(declared) > limit
-    if not storable_status(resp.status) or not plan.keep or encodings_applied(resp) or too_long:
-        state.cache_state = MISS
+    skipped = _skipped(state, plan, resp) or ("encoded" if encodings_applied(resp) else "too_large" if too_long
+                                              else None)
+    if skipped is not None:
+        state.cache_state, state.cache_admission = MISS, skipped
         return resp.body
     if resp.whole is not None:
         data: bytes | None = resp.whole
@@ -276,12 +297,13 @@ async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResp
             rest = None
         data = b"".join(head) if rest is None else None
     if data is None:
-        state.cache_state = MISS
+        state.cache_state, state.cache_admission = MISS, "too_large"
     else:
         c = classifier(svc, state)
         verdict = None
         if c is not None:
-            state.result_state = verdict = c.classify(await metered.answer_evidence(data, ()))
+            verdict, state.result_reason = c.explain(await metered.answer_evidence(data, ()))
+            state.result_state = verdict
         await _keep(svc, state, plan, resp, data, verdict)
 
     async def replay() -> AsyncIterator[bytes]:

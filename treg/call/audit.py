@@ -40,6 +40,10 @@ def _column_sql(column: Any) -> str:
     return f"r->>{i}"  # text; the INSERT's assignment checks any VARCHAR length (a cast would truncate)
 
 
+#: a record's fields up to its last stored column: what a batch sends (the fields after it ride only
+#: the ``tool_called`` event; a User-Agent among them would cost bytes PostgreSQL throws away)
+_STORED = max(CallRecord._fields.index(c.name) for c in _COLUMNS) + 1
+
 _INSERT_SQL = (f"INSERT INTO {calls.name} ({', '.join(c.name for c in _COLUMNS)}) "
                f"SELECT {', '.join(_column_sql(c) for c in _COLUMNS)} FROM jsonb_array_elements(%(rows)s::jsonb) AS r")
 BATCH_MAX = 500
@@ -171,9 +175,9 @@ def _encode_rows(batch: list[CallRecord]) -> str:
         # orjson: a seventh of the stdlib encoder's time per row (docs/performance.md); it refuses what
         # is not valid UTF-8 (a lone surrogate) and any non-str key, which the stdlib encoder below
         # takes (and the surrogate is then made storable)
-        rows = orjson.dumps([tuple(r) for r in batch]).decode()
+        rows = orjson.dumps([r[:_STORED] for r in batch]).decode()
     except TypeError:
-        rows = json.dumps(batch, separators=(",", ":"))
+        rows = json.dumps([r[:_STORED] for r in batch], separators=(",", ":"))
     if "\\u0000" in rows or "\\ud" in rows or "\\uD" in rows:
         rows = _UNSTORABLE.sub(_storable, rows)
     return rows

@@ -423,8 +423,13 @@ async def setup(app: Any, svc: Services) -> Any:
     are the capacity stage's, treg/call/capacity_stage.py)."""
     import aiohttp
 
-    # operator-configured hosts (not SSRF-vetted, like the database URL); no cookies, no proxy from the env
-    session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
+    from treg.infra.dns import VettingConnector, VettingResolver
+
+    # operator-configured hosts, yet vetted like upstreams (api.md "DNS"; TREG_SSRF_ALLOW exempts): an
+    # aggregator URL pointed inside (a typo, a poisoned config) must not make treg post its key and the
+    # caller's request there. No cookies, no proxy from the environment
+    connector = VettingConnector(svc.resolver) if isinstance(svc.resolver, VettingResolver) else None
+    session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
                                     timeout=aiohttp.ClientTimeout(total=None, connect=10))
     svc.aggregator_client = session
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from treg import idempotency
 from treg.call import capacity_stage, catalog_stage, evidence, headers as hdr
 from treg.call.target import mask_userinfo
-from treg.call.types import CallRecord
+from treg.call.types import USER_AGENT_MAX, CallRecord
 from treg.context import Services
 from treg.errors import DbPoolExhausted, SsrfRefused, TregError
 from treg.events import Event
@@ -53,7 +53,9 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
-        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None)
+        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
+        inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
+        ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
     return rec if state.overflow is None else state.overflow.retarget(rec)
 
@@ -85,8 +87,9 @@ def audit(svc: Services, rec: CallRecord) -> None:
         "provider": rec.provider, "endpoint_id": rec.endpoint_id, "credential_tier": rec.credential_tier,
         "cost_micro": rec.cost_micro, "duration_ms": rec.duration_ms, "ttfb_ms": rec.ttfb_ms,
         "request_bytes": rec.request_bytes, "response_bytes": rec.response_bytes, "failure_kind": rec.failure_kind,
-        "result_state": rec.result_state, "cache_state": rec.cache_state, "kind": rec.kind,
-        "capacity_signal": rec.capacity_signal,
+        "result_state": rec.result_state, "result_reason": rec.result_reason, "cache_state": rec.cache_state,
+        "cache_admission": rec.cache_admission, "kind": rec.kind, "capacity_signal": rec.capacity_signal,
+        "probe": rec.probe, "smoothed": rec.smoothed, "tag": rec.tag, "user_agent": rec.user_agent,
     }))
 
 

@@ -3,15 +3,13 @@ evidence-retention pruner. Installed as an app component (``async def setup(app,
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any, Awaitable, Callable
 
+from treg import periodic
 from treg.cache import Caches, ChangeListener
 from treg.call.audit import AuditWriter, prune_evidence
 from treg.context import NullAuditWriter, Services
-from treg.errors import TregError
 
 log = logging.getLogger(__name__)
 
@@ -27,25 +25,23 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     writer.start()
     svc.audit = writer
 
-    async def prune_loop() -> None:
-        while True:
-            try:
-                n = await prune_evidence(svc)
-                if n:
-                    log.info("pruned evidence of %d calls older than %d days", n,
-                             svc.settings.evidence_retention_days)
-            except TregError as exc:
-                log.warning("evidence pruning failed: %s", exc.code)
-            await asyncio.sleep(PRUNE_INTERVAL_S)
+    async def prune() -> None:
+        n = await prune_evidence(svc)
+        if n:
+            log.info("pruned evidence of %d calls older than %d days", n, svc.settings.evidence_retention_days)
 
-    pruner = asyncio.create_task(prune_loop(), name="treg-evidence-pruner")
+    # at startup, then hourly; a failed run (any exception, not only a TregError) is logged and retried
+    # next period: it once ended the task, and shutdown re-raised it before the audit queue was flushed
+    close_pruner = periodic.every(PRUNE_INTERVAL_S, prune, name="treg-evidence-pruner", log=log, first_s=0.0)
 
     async def close() -> None:
-        pruner.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pruner
-        await writer.close()
-        await listener.stop()  # the live caches are bypassed from here on, as null caches would be
-        svc.audit = NullAuditWriter()  # nothing writes batches any more: token uses are noted at once
+        try:
+            await close_pruner()
+        finally:  # whatever happened to the pruner, the queued audit rows are written
+            try:
+                await writer.close()
+            finally:
+                await listener.stop()  # the live caches are bypassed from here on, as null caches would be
+                svc.audit = NullAuditWriter()  # nothing writes batches any more: token uses are noted at once
 
     return close

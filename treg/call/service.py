@@ -32,7 +32,7 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         state.inp, state.target = inp, target
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
-        await authorize(svc, ident, inp.method, target, inp.headers)  # 3 authorize: ACL, deny rules
+        state.inp = inp = await authorize(svc, ident, inp, target)  # 3 authorize: ACL, deny rules
         if target.catalog is not None:  # the catalog's own stages (an own tool's call has none of them)
             await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
             await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs

@@ -67,7 +67,9 @@ class CallState:
     #: the archive's plan for the call (treg/call/archive.py), the classifier's verdict, what the archive did
     archive: Any = None
     result_state: str | None = None
+    result_reason: str | None = None
     cache_state: str | None = None
+    cache_admission: str | None = None
     #: the audit row's kind (None: an ordinary call; async_submit / async_poll / async_fetch)
     kind: str | None = None
     #: the owned async job a platform-tier poll or fetch reads (treg/call/jobs.py), else None

@@ -21,7 +21,7 @@ from yarl import URL
 
 from treg.errors import BadRequest
 
-_PASSTHROUGH = re.compile(r"^(https?):/+(.*)$", re.I | re.S)
+_PASSTHROUGH = re.compile(r"\A(https?):/+(.*)\Z", re.I | re.S)
 
 
 class DialKey(NamedTuple):
@@ -40,7 +40,7 @@ def dial_key(url: URL) -> DialKey:
 #: a decoding proxy reads ``%40`` as ``@``, yarl drops tabs and newlines): never in a passthrough host
 _AUTHORITY_BAD = re.compile(r"[\\@%?#\s\x00-\x1f\x7f-\U0010ffff]")
 #: a registered name or an IPv4 literal as yarl hands it to the connector; IPv6 literals are checked by yarl
-_HOST_OK = re.compile(r"^[a-z0-9._-]+$")
+_HOST_OK = re.compile(r"\A[a-z0-9._-]+\Z")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
@@ -75,7 +75,7 @@ def parse_passthrough(scheme: str, remainder: str) -> URL:
     if not host:
         raise BadRequest("the URL after /call/ has no host; use /call/https://api.example.com/path",
                          code="invalid_target")
-    if ":" not in host and not _HOST_OK.match(host):
+    if ":" not in host and not _HOST_OK.fullmatch(host):
         raise BadRequest(f"the host {host!r} is not a host name or address", code="invalid_target")
     return url
 
@@ -104,7 +104,7 @@ def mask_userinfo(text: str, mask: str) -> str:
 def parse_rest(rest: str) -> tuple[str, Any, Any]:
     """("url", scheme, remainder) or ("named", name, path|None)."""
     if rest[:4].lower() == "http":  # the regex only where a URL could start (a named call skips it)
-        m = _PASSTHROUGH.match(rest)
+        m = _PASSTHROUGH.fullmatch(rest)
         if m:
             return "url", m.group(1).lower(), m.group(2)
     name, sep, path = rest.partition("/")

@@ -181,3 +181,20 @@ class CallRecord(NamedTuple):
     capacity_signal: str | None = None
     #: ``overflow:<aggregator>`` on an overflow attempt's row (treg/call/overflow_stage.py)
     served_via: str | None = None
+    # -- the ``tool_called`` event's own fields, after every column: not stored (the audit writer sends
+    # only the fields up to the last column, treg/call/audit.py)
+    #: the caller's User-Agent (cut to USER_AGENT_MAX characters): which client or SDK calls
+    user_agent: str | None = None
+    #: the call was its capacity lock's probe (X-Treg-Capacity-Probe: 1)
+    probe: bool = False
+    #: the burst smoothing applied (X-Treg-Smoothed: ``wait=<ms>``, ``retry=1``), None: none
+    smoothed: str | None = None
+    #: why the result classifier said what it said (treg/results.py ``REASONS``)
+    result_reason: str | None = None
+    #: the archive's admission decision on a fresh answer (treg/call/archive.py ``ADMISSIONS``)
+    cache_admission: str | None = None
+
+
+#: the longest User-Agent an event carries (a header may be kilobytes long; what identifies a client
+#: comes first)
+USER_AGENT_MAX = 256

@@ -24,7 +24,7 @@ RESET_FORMATS = ("epoch", "http-date", "seconds")
 ANY_PROVIDER = "*"
 ROW_KEYS = frozenset({"provider", "kind", "status", "body_contains", "body_json", "header", "resets_at",
                       "retry_after_max_s"})
-_JSON_PATH = re.compile(r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$")
+_JSON_PATH = re.compile(r"\A[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*\Z")
 HOOK = "treg_register_capacity_signatures"
 
 
@@ -118,7 +118,7 @@ def _row(plugin: str, index: int, data: Any, providers: Mapping[str, Any], tryla
         if not isinstance(body_json, Mapping) or "path" not in body_json or \
                 len(set(body_json) & {"equals", "pattern"}) != 1 or set(body_json) - {"path", "equals", "pattern"}:
             bad("body_json", "must be {\"path\": \"error.code\", \"equals\": value} or {\"path\", \"pattern\": regex}")
-        elif not isinstance(body_json["path"], str) or not _JSON_PATH.match(body_json["path"]):
+        elif not isinstance(body_json["path"], str) or not _JSON_PATH.fullmatch(body_json["path"]):
             bad("body_json.path", f"{body_json['path']!r} must be a dotted path into the JSON answer")
         else:
             fields["body_json_path"] = body_json["path"]
@@ -157,7 +157,7 @@ def _row(plugin: str, index: int, data: Any, providers: Mapping[str, Any], tryla
                                      or not http_grammar.TOKEN.match(resets["header"])):
             bad("resets_at.header", f"{resets['header']!r} is not an HTTP header name")
         elif "body_json" in resets and (not isinstance(resets["body_json"], str)
-                                        or not _JSON_PATH.match(resets["body_json"])):
+                                        or not _JSON_PATH.fullmatch(resets["body_json"])):
             bad("resets_at.body_json", f"{resets['body_json']!r} must be a dotted path into the JSON answer")
         else:
             fields["resets_header"] = resets["header"].lower() if "header" in resets else None

@@ -31,14 +31,14 @@ from treg.plugins import PluginFailed, PluginHost, call_hook
 
 log = logging.getLogger("treg.catalog")
 
-PROVIDER_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+PROVIDER_ID = re.compile(r"\A[a-z0-9][a-z0-9-]{0,62}\Z")
 _OPERATION = r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*"
-_CAPABILITY = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
+_CAPABILITY = re.compile(r"\A[a-z0-9][a-z0-9_.-]{0,99}\Z")
 _HEADER_TOKEN = http_grammar.TOKEN
 _CTL = http_grammar.CTL
 # what may appear literally in a path template outside its {slots}: already-encoded path characters
-_PATH_CHARS = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*$")
-_QUERY_CHARS = re.compile(r"^[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*$")
+_PATH_CHARS = re.compile(r"\A[A-Za-z0-9\-._~!$&'()*+,;=:@/%]*\Z")
+_QUERY_CHARS = re.compile(r"\A[A-Za-z0-9\-._~!$&'()*+,;=:@/%?]*\Z")
 _PCT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 Role = Literal["create", "update", "delete", "use"]
 ROLES: tuple[Role, ...] = ("create", "update", "delete", "use")
 KEYS = frozenset({"kind", "role", "id_path", "id_param"})
-_KIND = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-_PATH_PART = re.compile(r"^[A-Za-z0-9_-]+$")
+_KIND = re.compile(r"\A[a-z0-9][a-z0-9_.-]{0,63}\Z")
+_PATH_PART = re.compile(r"\A[A-Za-z0-9_-]+\Z")
 
 #: ``add(plugin, row, field, message)``: the loader's problem collector
 Add = Callable[[str, str, str, str], None]
@@ -64,13 +64,13 @@ def check_descriptor(add: Add, plugin: str, row: str, raw: Any, *, params: Seque
     for key in sorted(set(raw) - KEYS):
         problem(key, f"unknown field; known: {sorted(KEYS)}")
     kind, role = raw.get("kind"), raw.get("role")
-    if not isinstance(kind, str) or not _KIND.match(kind):
+    if not isinstance(kind, str) or not _KIND.fullmatch(kind):
         problem("kind", f"{kind!r} must be a lower-case name such as 'webhook' (letters, digits, '_', '.', '-')")
     if role not in ROLES:
         problem("role", f"{role!r} is not one of {', '.join(ROLES)}")
     id_path, id_param = raw.get("id_path"), raw.get("id_param")
     if role == "create":
-        if not isinstance(id_path, str) or not all(_PATH_PART.match(p) for p in id_path.split(".")):
+        if not isinstance(id_path, str) or not all(_PATH_PART.fullmatch(p) for p in id_path.split(".")):
             problem("id_path", f"{id_path!r} must name where the answer carries the new id, a dotted path "
                     "such as 'id' or 'data.id'")
         if id_param is not None:

@@ -14,12 +14,14 @@ upstream will understand"):
 * the path match is anchored at a segment boundary: ``/v1/charges`` matches ``/v1/charges`` and
   ``/v1/charges/ch_1`` but never ``/v1/chargesX``; a trailing ``/`` on either side changes nothing.
   Lenient decoders are assumed too: a path decoded twice (``%252e`` → ``.``), overlong UTF-8 for ASCII
-  (``%c0%ae`` → ``.``) and trailing dots cut from a segment (``charges.``, as IIS reads it) give forms
-  of their own.
+  (``%c0%ae`` → ``.``) and trailing dots and spaces cut from a segment, written or encoded
+  (``charges.``, ``charges%2e``, ``charges%2E%2e``, ``charges%20``, ``charges.%20``, as IIS and Windows
+  read them) give forms of their own.
 * the method is compared with the request's and with every method-override header's value
-  (``X-HTTP-Method-Override``, ``X-HTTP-Method``, ``X-Method-Override``) and ``_method`` query
-  parameter (Rails, Laravel, Symfony), case-insensitively; ``HEAD`` runs an upstream's ``GET`` handler,
-  so a rule on ``GET`` also stops ``HEAD``.
+  (``X-HTTP-Method-Override``, ``X-HTTP-Method``, ``X-Method-Override``), ``_method`` query
+  parameter and ``_method`` field of the body (Rails, Laravel, Symfony: :mod:`treg.domain.body_methods`
+  reads a form, multipart or JSON body), case-insensitively; ``HEAD`` runs an upstream's ``GET``
+  handler, so a rule on ``GET`` also stops ``HEAD``.
 * hosts compare case-insensitively and without a trailing dot (``API.example.com.``); a rule host
   without a port matches that host on any port, ``host:port`` only that port (the scheme's default
   port when the URL names none).
@@ -55,13 +57,19 @@ def _overlong(match: re.Match[str]) -> str:
     return "%{:02X}".format(((0xC0 | int(match.group(1))) & 0x1F) << 6 | (int(match.group(2), 16) & 0x3F))
 
 
+#: what lenient servers cut from the end of a path segment (IIS and Windows file names: ``admin.``,
+#: ``admin%20`` and ``admin.%20`` all name ``admin``)
+_TRAILING = ". "
+
+
 def _segments(path: str, *, merge_first: bool, strip_dots: bool = False) -> str:
     """``path`` (already decoded as wanted) with params cut, ``//`` collapsed and dot segments removed,
     lower case, without a trailing ``/`` (the match is segment-anchored, so it would change nothing).
-    ``strip_dots``: a segment's trailing dots cut too (after the dot segments are read as such)."""
+    ``strip_dots``: a segment's trailing dots and spaces cut too (``.. `` read as the dot segment it
+    becomes once its space is cut)."""
     segs = [seg.partition(";")[0] for seg in path.split("/")]
     if strip_dots:
-        segs = [seg if seg in (".", "..") else (seg.rstrip(".") or seg) for seg in segs]
+        segs = [_strip_trailing(seg) for seg in segs]
     out: list[str] = []
     for seg in segs:
         if seg == "":
@@ -75,19 +83,30 @@ def _segments(path: str, *, merge_first: bool, strip_dots: bool = False) -> str:
     return "/" + "/".join(seg for seg in out if seg).lower()
 
 
+def _strip_trailing(seg: str) -> str:
+    """A segment as a server that cuts trailing dots and spaces reads it; a segment of dots alone stays
+    what it is (``.``, ``..``, ``...``), spaces after it cut."""
+    spaced = seg.rstrip(" ")
+    if spaced and spaced.strip(".") == "":
+        return spaced
+    return seg.rstrip(_TRAILING) or seg
+
+
 def path_forms(path: str) -> tuple[str, ...]:
-    """Every canonical form an upstream may resolve ``path`` to (see the module docstring)."""
+    """Every canonical form an upstream may resolve ``path`` to (see the module docstring): the path
+    with unreserved escapes decoded (``%2F`` kept) and fully decoded (``\\`` read as ``/``), and, where
+    escapes are left, as lenient decoders read it (overlong UTF-8, decoded twice); each with ``//``
+    merged before or after ``..`` is applied, and each also with trailing dots and spaces cut from its
+    segments."""
     kept = _ESCAPE.sub(_decode_unreserved, path)
     decoded = unquote(path, errors="surrogateescape").replace("\\", "/")
-    forms = [_segments(kept, merge_first=True), _segments(kept, merge_first=False),
-             _segments(decoded, merge_first=True), _segments(decoded, merge_first=False)]
-    lenient = _OVERLONG.sub(_overlong, path) if "%" in path else path
-    if lenient != path or "%25" in path or "." in path:  # only then can a lenient reading differ
-        once = unquote(lenient, errors="surrogateescape").replace("\\", "/")
+    texts = [kept, decoded]
+    if "%" in path:  # only then can a lenient reading differ
+        once = unquote(_OVERLONG.sub(_overlong, path), errors="surrogateescape").replace("\\", "/")
         twice = unquote(_OVERLONG.sub(_overlong, once), errors="surrogateescape").replace("\\", "/")
-        for text in dict.fromkeys((once, twice)):
-            forms += [_segments(text, merge_first=True, strip_dots=True),
-                      _segments(text, merge_first=False, strip_dots=True)]
+        texts += [once, twice]
+    forms = [_segments(text, merge_first=merge, strip_dots=strip) for text in dict.fromkeys(texts)
+             for strip in (False, True) for merge in (True, False)]
     return tuple(dict.fromkeys(forms))
 
 
@@ -129,14 +148,27 @@ def host_matches(rule_host: str, host: str, scheme: str) -> bool:
     return rp == (p or _DEFAULT_PORTS.get(scheme.lower()))
 
 
+def override_name(name: str) -> bool:
+    """Whether a decoded parameter name is ``_method`` as a framework reads it: case ignored, and, as PHP
+    names form fields (so Symfony and Laravel see them), a leading run of spaces dropped and ``.``, `` ``
+    or ``[`` read as ``_`` (``.method`` and `` method`` are ``$_POST["_method"]``)."""
+    name = name.lstrip(" ").lower()
+    return name == METHOD_OVERRIDE_PARAM or name.translate(_PHP_NAME) == METHOD_OVERRIDE_PARAM
+
+
+_PHP_NAME = str.maketrans({" ": "_", ".": "_", "[": "_"})
+
+
 def effective_methods(method: str, headers: Iterable[tuple[str, str]] = (),
-                      query: Iterable[tuple[str, str | None]] = ()) -> frozenset[str]:
+                      query: Iterable[tuple[str, str | None]] = (), extra: Iterable[str] = ()) -> frozenset[str]:
     """The methods an upstream may act on: the request line's, every override header's (a value may
-    list several, comma-separated) and every ``_method`` query parameter's (raw pairs, decoded here),
-    upper case; ``HEAD`` adds ``GET``."""
+    list several, comma-separated), every ``_method`` query parameter's (raw pairs, decoded here) and
+    ``extra`` (a body's ``_method`` fields, :mod:`treg.domain.body_methods`), upper case; ``HEAD`` adds
+    ``GET``."""
     values = [method] + [v for k, v in headers if k.lower() in METHOD_OVERRIDE_HEADERS]
     values += [unquote(v.replace("+", " ")) for k, v in query
-               if v is not None and unquote(k).lower() == METHOD_OVERRIDE_PARAM]
+               if v is not None and override_name(unquote(k.replace("+", " ")))]
+    values += extra
     out = {m.strip().upper() for v in values for m in v.split(",")} - {""}
     if "HEAD" in out:
         out.add("GET")
@@ -162,17 +194,41 @@ class DenyRule:
 def first_match(rules: Iterable[DenyRule], *, scheme: str, host: str, path: str, method: str,
                 member_id: str, project_id: str | None,
                 headers: Iterable[tuple[str, str]] = (),
-                query: Iterable[tuple[str, str | None]] = ()) -> DenyRule | None:
+                query: Iterable[tuple[str, str | None]] = (),
+                body_methods: Iterable[str] = ()) -> DenyRule | None:
     """The first rule that stops this call. ``path`` is the upstream URL's raw path (encoding kept);
-    ``headers`` are the caller's and ``query`` the raw pairs sent, for the method overrides."""
+    ``headers`` are the caller's, ``query`` the raw pairs sent and ``body_methods`` the body's
+    ``_method`` fields, for the method overrides."""
+    methods = effective_methods(method, headers, query, body_methods)
+    return _first(rules, methods, scheme=scheme, host=host, path=path, member_id=member_id,
+                  project_id=project_id, other_methods=False)
+
+
+def rule_needing_the_body(rules: Iterable[DenyRule], *, scheme: str, host: str, path: str, method: str,
+                          member_id: str, project_id: str | None,
+                          headers: Iterable[tuple[str, str]] = (),
+                          query: Iterable[tuple[str, str | None]] = ()) -> DenyRule | None:
+    """The first rule :func:`first_match` let through only for its method: it holds on every other
+    axis, so a ``_method`` field in the body could still be what the upstream acts on."""
     methods = effective_methods(method, headers, query)
+    return _first(rules, methods, scheme=scheme, host=host, path=path, member_id=member_id,
+                  project_id=project_id, other_methods=True)
+
+
+def _first(rules: Iterable[DenyRule], methods: frozenset[str], *, scheme: str, host: str, path: str,
+           member_id: str, project_id: str | None, other_methods: bool) -> DenyRule | None:
+    """The first rule holding on every axis (``other_methods``: on every axis but the method, for a
+    rule whose method is none of ``methods``)."""
     forms: tuple[str, ...] | None = None  # computed only once a rule gets as far as the path
     for rule in rules:
         if rule.member_id is not None and rule.member_id != member_id:
             continue
         if rule.project_id is not None and rule.project_id != project_id:
             continue
-        if rule.method is not None and rule.method.upper() not in methods:
+        if other_methods:
+            if rule.method is None or rule.method.upper() in methods:
+                continue
+        elif rule.method is not None and rule.method.upper() not in methods:
             continue
         if not host_matches(rule.host, host, scheme):
             continue

@@ -338,6 +338,22 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         return loop.getaddrinfo(name, None, type=socket.SOCK_STREAM)
 
 
+class VettingConnector(aiohttp.TCPConnector):
+    """A connector that vets every request's host with the :class:`VettingResolver` before handing out a
+    connection: a pooled one (kept alive while the name moved inside) and a numeric host (which aiohttp
+    dials without asking a resolver) included; a new connection to a name dials only the addresses the
+    resolver checked. For a session whose requests do not pass the relay's own check before each send
+    (the aggregator session, treg/call/overflow_stage.py): an operator's URL is vetted like an upstream."""
+
+    def __init__(self, resolver: VettingResolver, **kwargs: Any) -> None:
+        super().__init__(resolver=resolver, use_dns_cache=False, **kwargs)
+        self._vetting = resolver
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        await self._vetting.vet(req.url.raw_host or "")  # SsrfRefused / dns_failed pass through unwrapped
+        return await super().connect(req, traces, timeout)
+
+
 def _is_localhost(name: str) -> bool:
     """``localhost``, ``*.localhost`` (RFC 6761), ``localhost.localdomain`` and ``ip6-localhost`` are
     loopback by definition: never asked of DNS (the registration check reads them the same way)."""

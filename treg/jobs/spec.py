@@ -29,8 +29,8 @@ Report = Callable[[str, str, str, str], None]
 
 KEYS = frozenset({"task_id", "poll", "fetch", "task_param", "status_path", "done", "failed", "result_id_path",
                   "price_on"})
-_PATH = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
-_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
+_PATH = re.compile(r"\A[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\Z")
+_PARAM = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.-]{0,99}\Z")
 PRICE_ON = ("done", "submit")
 
 
@@ -172,7 +172,7 @@ def parse_submission(add: Report, plugin: str, row: str, raw: Any, *, spooled: b
         value = raw.get(key)
         if value is None and key == "result_id_path":
             continue
-        if not isinstance(value, str) or not _PATH.match(value):
+        if not isinstance(value, str) or not _PATH.fullmatch(value):
             bad(key, f"{value!r} must be a dotted path into the JSON answer (such as 'data.task_id')")
     for key in ("poll", "fetch"):
         value = raw.get(key)
@@ -181,7 +181,7 @@ def parse_submission(add: Report, plugin: str, row: str, raw: Any, *, spooled: b
         if not isinstance(value, str) or not value:
             bad(key, "must be the id of an endpoint of the catalog")
     param = raw.get("task_param")
-    if not isinstance(param, str) or not _PARAM.match(param):
+    if not isinstance(param, str) or not _PARAM.fullmatch(param):
         bad("task_param", f"{param!r} must name the poll/fetch parameter that carries the id")
     done, failed = _strings(raw.get("done")), _strings(raw.get("failed", []))
     if not done:

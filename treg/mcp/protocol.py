@@ -53,8 +53,8 @@ _LEGACY_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, UNSUPPORTED_VERSION: 4
 
 #: methods whose ``params`` field is mirrored in ``Mcp-Name``
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-_SENTINEL = re.compile(r"^=\?base64\?(.*)\?=$", re.S)
-_HEADER_SAFE = re.compile(r"^[\x20-\x7E\t]*$")
+_SENTINEL = re.compile(r"\A=\?base64\?(.*)\?=\Z", re.S)
+_HEADER_SAFE = re.compile(r"\A[\x20-\x7E\t]*\Z")
 
 
 class RpcError(Exception):
@@ -117,7 +117,7 @@ def decode_header_value(value: str | None) -> str | None:
     """``Mcp-Name`` after the base64 sentinel (``=?base64?…?=``); None for a malformed sentinel."""
     if value is None:
         return None
-    m = _SENTINEL.match(value)
+    m = _SENTINEL.fullmatch(value)
     if m is None:
         return value
     try:
@@ -203,7 +203,7 @@ def _check_param_headers(mirrored: dict[str, str], arguments: dict[str, Any], he
         raw, value = headers.get(name), arguments.get(argument)
         if name in headers.twice:
             raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} was sent more than once")
-        if raw is not None and not _HEADER_SAFE.match(raw):
+        if raw is not None and not _HEADER_SAFE.fullmatch(raw):
             raise RpcError(HEADER_MISMATCH, f"Header mismatch: Mcp-Param-{token} carries characters a header "
                                             "value may not (use the =?base64?…?= form)")
         rendered = _rendered(value) if value is not None else None

@@ -28,13 +28,13 @@ from treg.money.ledger import ORG_SCOPE, TODAY, in_scopes, lock_account, scopes_
 from treg.tenancy import Identity, require_manager
 
 # A tag is a short label: visible ASCII without spaces (it travels in a header and in URLs).
-_TAG = re.compile(r"^[\x21-\x7e]{1,200}$")
+_TAG = re.compile(r"\A[\x21-\x7e]{1,200}\Z")
 #: the largest limit accepted (1 000 000 USD); anything bigger is a typo
 MAX_LIMIT_MICRO = 1_000_000 * 1_000_000
 
 
 def check_tag(tag: Any) -> str:
-    if not isinstance(tag, str) or not _TAG.match(tag):
+    if not isinstance(tag, str) or not _TAG.fullmatch(tag):
         raise BadRequest("a tag (X-Treg-Tag) is 1-200 visible ASCII characters without spaces", code="invalid_tag")
     return tag
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from treg.settings import SecretStr
 
-NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+NAME = re.compile(r"\A[a-z][a-z0-9_]{0,31}\Z")
 
 #: the aggregator's key or account was refused (its 401/403): the aggregator is marked unhealthy
 UNAUTHORIZED = "unauthorized"
@@ -153,7 +153,7 @@ def collect_aggregators(pm: PluginHost) -> Mapping[str, Any]:
             if not _is_aggregator(agg):
                 raise PluginFailed(res.plugin, "treg_register_aggregators",
                                    f"returned {agg!r}, which is not an aggregator (name, check_route, run)")
-            if not NAME.match(agg.name):
+            if not NAME.fullmatch(agg.name):
                 raise PluginFailed(res.plugin, "treg_register_aggregators",
                                    f"aggregator name {agg.name!r} must be 1-32 of a-z, 0-9, '_', starting with a letter")
             if agg.name in found:

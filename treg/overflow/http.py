@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from treg.errors import TregError
+
 if TYPE_CHECKING:
     from treg.settings import SecretStr
 
@@ -40,6 +42,8 @@ async def exchange(session: aiohttp.ClientSession, method: str, url: str, key: "
             status = resp.status
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         return Exchange(None, NOT_JSON, f"transport error ({type(exc).__name__})")
+    except TregError as exc:  # the session's connector refused the host (SSRF guard) or could not resolve it
+        return Exchange(None, NOT_JSON, f"refused by treg ({exc.code})")
     if len(raw) > MAX_ANSWER_BYTES:
         return Exchange(status, NOT_JSON, "answer too large")
     try:

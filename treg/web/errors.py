@@ -19,7 +19,8 @@ from typing import Awaitable, Callable, Iterable
 from aiohttp import hdrs, web
 
 from treg.errors import BadRequest, TregError
-from treg.keys import ERROR_HEADERS
+from treg.keys import BODY_FIELDS, ERROR_HEADERS
+from treg.web import openapi
 from treg.web.jsonio import dumps
 
 log = logging.getLogger("treg.web")
@@ -69,11 +70,14 @@ def refuse_nul(request: web.Request) -> None:
         raise BadRequest("the query string contains a NUL character (%00)", code="invalid_query")
 
 
-def rendering(handler: Handler) -> Handler:
-    """``handler`` with its failures rendered by :func:`render_failure`."""
+def rendering(handler: Handler, *, body_fields: frozenset[str] | None = None) -> Handler:
+    """``handler`` with its failures rendered by :func:`render_failure`; ``body_fields``: the fields its
+    JSON body may hold (its OpenAPI schema is closed), enforced when the handler reads the body."""
     async def rendered(request: web.Request) -> web.StreamResponse:
         try:
             refuse_nul(request)
+            if body_fields is not None:
+                request[BODY_FIELDS] = body_fields
             return await handler(request)
         except Exception as exc:  # noqa: BLE001 (rendered, and logged when unexpected)
             return render_failure(request, exc)
@@ -84,10 +88,14 @@ def rendering(handler: Handler) -> Handler:
 
 
 def add_routes(app: web.Application, table: Iterable[web.AbstractRouteDef]) -> None:
-    """Register a route table with every handler wrapped in :func:`rendering`."""
+    """Register a route table with every handler wrapped in :func:`rendering`, each knowing from the
+    OpenAPI document (treg/web/openapi.py) which body fields it takes: one rule for every route, so a
+    route whose schema forbids unknown fields refuses them (400 ``invalid_field``) without code of its own."""
     for route in table:
         if isinstance(route, web.RouteDef):
-            route = web.RouteDef(route.method, route.path, rendering(route.handler), route.kwargs)  # type: ignore[arg-type]
+            fields = openapi.body_fields(route.method, route.path)
+            route = web.RouteDef(route.method, route.path, rendering(route.handler, body_fields=fields),  # type: ignore[arg-type]
+                                 route.kwargs)
         route.register(app.router)
 
 

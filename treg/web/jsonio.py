@@ -11,6 +11,7 @@ from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.errors import BadRequest, BodyTooLarge
+from treg.keys import BODY_FIELDS
 
 MAX_JSON_BYTES = 1024 * 1024
 
@@ -108,4 +109,16 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
     check_text(data)
+    allowed = request.get(BODY_FIELDS)
+    if allowed is not None:
+        refuse_unknown(data, allowed, f"{request.method} {request.match_info.route.resource.canonical}")
     return data
+
+
+def refuse_unknown(body: dict[str, Any], allowed: frozenset[str], what: str) -> None:
+    """400 on a field the route's schema does not name: a typo (``budget`` for ``budget_micro``)
+    silently ignored would leave the caller believing a limit was set."""
+    unknown = set(body) - allowed
+    if unknown:
+        raise BadRequest(f"unknown field(s) {sorted(unknown)} for {what}; it takes {sorted(allowed)}",
+                         code="invalid_field")

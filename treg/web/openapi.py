@@ -289,6 +289,19 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+def body_fields(method: str, path: str) -> frozenset[str] | None:
+    """The fields the request body of ``method path`` may hold, when its schema is closed
+    (``additionalProperties: false``); None: the route takes no body, or an open one. The management
+    routes enforce this (treg.web.errors.add_routes, read_json_object), so the document and the
+    answers cannot disagree: an unknown field is 400 ``invalid_field`` on every closed route."""
+    op = OPERATIONS.get((method.upper(), path))
+    ref = (op or {}).get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    schema = SCHEMAS.get(ref.get("$ref", "").rpartition("/")[2])
+    if schema is None or schema.get("additionalProperties") is not False:
+        return None
+    return frozenset(schema.get("properties", {}))
+
+
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document (a fresh copy: callers may change it)."""
     paths: dict[str, dict[str, Any]] = {}
