@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from archive_helpers import PLATFORM_KEY, PRICE, Events, PeopleVendor, people_provider, write_classifier_plugin
 from treg import money, tenancy
 from treg.infra.schema import archive_entries, holds
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, raw_upstream
+from treg.testing import Events, Gateway, ProviderPlugin, raw_upstream
+from treg.testing.vendors.archive import (PLATFORM_KEY, PRICE, PeopleVendor, people_provider,
+                                          write_classifier_plugin)
 
 GRANT = 100_000
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from archive_helpers import Events, PeopleVendor, people_provider, write_classifier_plugin
 from treg import tenancy
 from treg.keys import SERVICES
-from treg.testing import Gateway, ProviderPlugin, raw_upstream
+from treg.testing import Events, Gateway, ProviderPlugin, raw_upstream
+from treg.testing.vendors.archive import PeopleVendor, people_provider, write_classifier_plugin
 
 
 @pytest.fixture

@@ -4,16 +4,7 @@ import json
 
 from treg import hookimpl, tenancy
 from treg.keys import SERVICES
-from treg.testing import Gateway, raw_upstream
-
-
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    @hookimpl
-    def treg_event(self, event):
-        self.events.append(event)
+from treg.testing import Events, Gateway, raw_upstream
 
 
 class Broken:
@@ -23,7 +14,7 @@ class Broken:
 
 
 async def test_tool_called_per_attempt_and_broken_observer_contained(aiohttp_client, make_app, caplog):
-    rec = Recorder()
+    rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(Broken(), rec), ssrf_allow=("127.0.0.0/8",)))
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
@@ -35,7 +26,7 @@ async def test_tool_called_per_attempt_and_broken_observer_contained(aiohttp_cli
         assert ok.status == 200  # the broken observer did not break the call
         missing = await gw.call("GET", "/call/none/x")
         assert missing.status == 404
-    called = [e for e in rec.events if e.name == "tool_called"]
+    called = [e for e in rec.seen if e.name == "tool_called"]
     assert [e.props["call_id"] for e in called] == [ok.headers["X-Treg-Call-Id"], missing.headers["X-Treg-Call-Id"]]
     first = called[0].props
     assert first["outcome"] == "ok" and first["status"] == 200 and first["tool_name"] == "t"

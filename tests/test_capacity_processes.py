@@ -10,11 +10,10 @@ import json
 import time
 
 import aiohttp
-from capacity_vendor import PLATFORM_KEYS, ok, out_of_credits, write_plugin
-from ops_helpers import Served, assert_clean_exits, run_treg, stop_all, treg_env
-from test_two_processes import PROPAGATION_S, Api, within
 
 from treg import testing
+from treg.testing import PROPAGATION_S, Api, Served, assert_clean_exits, run_treg, stop_all, treg_env, within
+from treg.testing.vendors.capacity import PLATFORM_KEYS, ok, out_of_credits, write_plugin
 
 ITEMS = "/catalog/call/vend.items.get?item_id=1"
 

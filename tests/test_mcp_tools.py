@@ -7,11 +7,10 @@ import json
 
 import pytest
 
-from mcp_helpers import Mcp
 from treg import money, tenancy
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, example_provider, http_response, raw_upstream
+from treg.testing import Gateway, Mcp, ProviderPlugin, example_provider, http_response, raw_upstream
 
 
 def names(result: dict) -> list[str]:

@@ -8,13 +8,13 @@ import asyncio
 import json
 
 import pytest
-from resources_helpers import PLATFORM_KEY, TEAM_KEY, FakeVendor, hooky_provider, org_holds
 
 from treg import idempotency, money, tenancy
 from treg.infra import upstream as upstream_mod
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, raw_upstream
+from treg.testing import Gateway, ProviderPlugin, org_holds, raw_upstream
+from treg.testing.vendors.resources import PLATFORM_KEY, TEAM_KEY, FakeVendor, hooky_provider
 
 CREATE = "/catalog/call/hooky.webhooks.create"
 

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from treg import hookimpl
-from treg.testing import http_response
+from treg.testing.upstreams import http_response
 
 PLATFORM_KEY = "pk-people-0123456789abcdef"
 PRICE = 2000
@@ -113,15 +112,3 @@ class PeopleVendor:
             return http_response(503, b'{"error": "down"}', json_ct)
         body = json.dumps({"data": {"emails": [f"{q}@example.com"]}, "n": self.n, "body": ex.body.decode()}).encode()
         return http_response(200, body, json_ct + [("X-Vendor", "people")])
-
-
-class Events:
-    """A plugin object keeping every ``tool_called`` event's props."""
-
-    def __init__(self) -> None:
-        self.tool_called: list[dict[str, Any]] = []
-
-    @hookimpl
-    def treg_event(self, event: Any) -> None:
-        if event.name == "tool_called":
-            self.tool_called.append(dict(event.props))

@@ -1,4 +1,5 @@
-"""Helpers of the dashboard's tests: log in over HTTP, read a page's CSRF token."""
+"""The dashboard (/ui/) over HTTP: ``login`` (a session cookie in the client's jar, its CSRF token returned),
+``session_cookie`` and ``CSRF``, the pattern of a page's CSRF field."""
 
 from __future__ import annotations
 
