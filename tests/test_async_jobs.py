@@ -15,7 +15,7 @@ from treg.infra.schema import async_jobs, holds
 from treg.keys import SERVICES
 from treg.money import reaper
 from treg.settings import SecretStr
-from treg.testing import Events, Gateway, check_books, raw_upstream
+from treg.testing import Events, Gateway, check_books, open_org, raw_upstream
 from treg.testing.vendors.async_jobs import PLATFORM_KEY, Vendor, write_plugin
 
 SUBMIT = "/catalog/call/vidgen.videos.create"
@@ -61,11 +61,8 @@ async def world(aiohttp_client, make_app, tmp_path):
         app = make_app((events,), plugins_dir=write_plugin(tmp_path / "plugins", up.url + "/v1"),
                        ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_VIDGEN": SecretStr(PLATFORM_KEY)})
         client = await aiohttp_client(app)
-        svc = client.app[SERVICES]
-        a = Gateway(client, await tenancy.create_org(svc, slug="org-a", email="a@a.test"))
-        b = Gateway(client, await tenancy.create_org(svc, slug="org-b", email="b@b.test"))
-        for gw in (a, b):
-            await money.grant(svc, org_id=gw.org["org_id"], amount_micro=100_000, actor="test")
+        a = await open_org(client, "org-a", "a@a.test", credits=100_000)
+        b = await open_org(client, "org-b", "b@b.test", credits=100_000)
         yield World(a, b, vendor, up, events)
         await client.close()
 

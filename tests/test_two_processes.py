@@ -15,8 +15,8 @@ from sqlalchemy import text, update
 from treg import money, tenancy, testing
 from treg.infra.schema import holds
 from treg.money import reaper
-from treg.testing import (PROPAGATION_S, Api, Served, assert_clean_exits, check_books, open_services,
-                          run_treg, stop_all, treg_env, within)
+from treg.testing import (PROPAGATION_S, Api, assert_clean_exits, check_books, open_services, run_treg,
+                          serve_pair, stop_all, treg_env, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 
@@ -74,8 +74,7 @@ async def test_two_processes_on_one_database(dsn, settings, tmp_path):
             granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", slug, "--micro", str(micro))
             assert granted.returncode == 0, granted.stderr
         # both start at once: both run the reaper at startup, over the same expired holds
-        a, b = await asyncio.gather(asyncio.to_thread(Served, env, tmp_path / "a.log"),
-                                    asyncio.to_thread(Served, env, tmp_path / "b.log"))
+        a, b = await serve_pair(env, tmp_path)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
                 A, B = Api(session, a.base), Api(session, b.base)

@@ -40,12 +40,12 @@ from treg.testing.databases import (base_dsn, checkout_root, drop_template, dsn_
                                     fresh_database, prepare_template, template_db, test_home)
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
-from treg.testing.gateway import Gateway, add_member, audit_row, vendor_gateway
+from treg.testing.gateway import Gateway, add_member, audit_row, open_org, vendor_gateway
 from treg.testing.mcp_client import LEGACY, META, MODERN, Mcp, legacy_headers, modern_headers, modern_message
 from treg.testing.migrations import (assert_schema_matches, assert_up_down_up, column_names, table_names,
                                      table_of)
 from treg.testing.processes import (PROPAGATION_S, Api, Served, assert_clean_exits, free_port, http, run_cli,
-                                    run_treg, stop_all, treg_env, within)
+                                    run_treg, serve_pair, stop_all, treg_env, within)
 from treg.testing.providers import ProviderPlugin, example_provider, media_provider
 from treg.testing.services import open_services
 from treg.testing.settings import make_settings
@@ -60,8 +60,8 @@ __all__ = [
     "catalog_problems", "check_books", "checkout_root", "column_names", "contract_provider",
     "count_hold_closes", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider",
     "free_port", "fresh_database", "http", "http_response", "legacy_headers", "login", "make_settings",
-    "media_provider", "modern_headers", "modern_message", "open_services", "org_holds", "prepare_template",
-    "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes", "run_cli",
-    "run_treg", "session_cookie", "stop_all", "table_names", "table_of", "template_db", "test_home",
-    "treg_env", "upstream_pair", "vendor_gateway", "within"
+    "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "org_holds",
+    "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",
+    "run_cli", "run_treg", "serve_pair", "session_cookie", "stop_all", "table_names", "table_of",
+    "template_db", "test_home", "treg_env", "upstream_pair", "vendor_gateway", "within"
 ]

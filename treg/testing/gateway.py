@@ -1,6 +1,6 @@
-"""A treg under test, with its first org (``Gateway``); one set up for catalog vendors, with credits
-(``vendor_gateway``); a call's audit row once it is written (``audit_row``); a member added through the
-API by any client (``add_member``)."""
+"""A treg under test, with its first org (``Gateway``); a new org of a running treg, with credits
+(``open_org``); one set up for catalog vendors (``vendor_gateway``); a call's audit row once it is
+written (``audit_row``); a member added through the API by any client (``add_member``)."""
 
 from __future__ import annotations
 
@@ -90,21 +90,28 @@ async def audit_row(gw: Gateway, call_id: str, *, bound: float = 10.0) -> dict[s
     raise AssertionError(f"no audit row for {call_id}")
 
 
+async def open_org(client: Any, slug: str, email: str, *, credits: int = 0, actor: str = "test") -> Gateway:
+    """A new org ``slug`` (owner ``email``) of the treg ``client`` talks to, granted ``credits``."""
+    org = await tenancy.create_org(client.app[SERVICES], slug=slug, email=email)
+    gw = Gateway(client, org)
+    if credits:
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=credits, actor=actor)
+    return gw
+
+
 @contextlib.asynccontextmanager
 async def vendor_gateway(aiohttp_client: Any, make_app: Any, providers: list[dict[str, Any]], *,
                          platform: Mapping[str, str], plugins: tuple[Any, ...] = (), slug: str = "v",
-                         credits: int = 1_000_000, **settings: Any) -> AsyncIterator[Gateway]:
+                         email: str | None = None, credits: int = 1_000_000,
+                         **settings: Any) -> AsyncIterator[Gateway]:
     """A gateway serving ``providers`` (platform keys ``platform``, env name → value) beside ``plugins``,
-    relaying to 127.0.0.0/8, with org ``slug`` holding ``credits``; closed on exit."""
+    relaying to 127.0.0.0/8, with org ``slug`` (owner ``email``, ``<slug>@<slug>.test`` unless given)
+    holding ``credits``; closed on exit."""
     app = make_app(extra_plugins=(ProviderPlugin(providers), *plugins), ssrf_allow=("127.0.0.0/8",),
                    platform={name: SecretStr(value) for name, value in platform.items()}, **settings)
     client = await aiohttp_client(app)
     try:
-        org = await tenancy.create_org(client.app[SERVICES], slug=slug, email=f"{slug}@{slug}.test")
-        gw = Gateway(client, org)
-        if credits:
-            await money.grant(gw.services, org_id=org["org_id"], amount_micro=credits, actor="t")
-        yield gw
+        yield await open_org(client, slug, email or f"{slug}@{slug}.test", credits=credits, actor="t")
     finally:
         await client.close()
 

@@ -1,7 +1,7 @@
 """Real ``treg`` processes for the operability tests: the CLI run to completion (``run_treg``,
-``run_cli``), ``treg serve`` kept running until stopped by PID (``Served``), JSON over HTTP to them
-(``http``, ``Api``) and a bounded wait for two of them to agree (``within``). Everything bounded; all
-traffic on 127.0.0.1."""
+``run_cli``), ``treg serve`` kept running until stopped by PID (``Served``, two at once: ``serve_pair``),
+JSON over HTTP to them (``http``, ``Api``) and a bounded wait for two of them to agree (``within``).
+Everything bounded; all traffic on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -126,6 +126,21 @@ class Served:
             self.proc.wait(timeout=10)
         if not self._fh.closed:
             self._fh.close()
+
+
+async def serve_pair(env: dict[str, str], folder: Path) -> tuple[Served, Served]:
+    """Two ``treg serve`` processes of ``env`` started at once (logging to ``a.log`` and ``b.log`` in
+    ``folder``); when one never comes up, the other is killed before the failure is raised."""
+    started = await asyncio.gather(asyncio.to_thread(Served, env, folder / "a.log"),
+                                   asyncio.to_thread(Served, env, folder / "b.log"), return_exceptions=True)
+    failed = [s for s in started if isinstance(s, BaseException)]
+    if failed:
+        for s in started:
+            if isinstance(s, Served):
+                s.kill()
+        raise failed[0]
+    a, b = started
+    return a, b  # type: ignore[return-value]
 
 
 async def stop_all(*served: "Served") -> list[int]:

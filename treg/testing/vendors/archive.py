@@ -1,5 +1,5 @@
 """A fake people-search vendor, its provider rows and a third-party-style classifier plugin file, for the
-archive's tests (tests/test_archive*.py) and the benchmark's archive case."""
+archive's tests (tests/test_archive*.py); ``people_app``, a treg serving them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from treg.testing.upstreams import http_response
+from treg.testing.providers import ProviderPlugin
+from treg.testing.upstreams import RawUpstream, http_response
 
 PLATFORM_KEY = "pk-people-0123456789abcdef"
 PRICE = 2000
@@ -70,6 +71,13 @@ def people_provider(base_url: str, ttl_s: int = 3600) -> dict[str, Any]:
              "price": {"per_call_micro": PRICE}, "archive": {"ttl_s": ttl_s}},
         ],
     }
+
+
+def people_app(make_app: Any, up: RawUpstream, plugins_dir: Path, *plugins: Any, **settings: Any) -> Any:
+    """A treg app (from the ``make_app`` fixture) serving the ``people`` provider on ``up``, with the
+    classifier plugin file written to ``plugins_dir`` and ``plugins`` beside it, relaying to 127.0.0.0/8."""
+    return make_app(extra_plugins=(ProviderPlugin([people_provider(up.url + "/v1")]), *plugins),
+                    plugins_dir=write_classifier_plugin(plugins_dir), ssrf_allow=("127.0.0.0/8",), **settings)
 
 
 class PeopleVendor:
