@@ -12,6 +12,7 @@ from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.call import evidence, service
+from treg.call.drain import Sink, drain
 from treg.call.intake import decode_body as _decode_body, read_headers  # _decode_body: looked up here per load
 from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
@@ -158,6 +159,38 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
                      user_agent=ctl.user_agent)
 
 
+class _ToCaller(Sink):
+    """The answer streamed to the caller's socket as it arrives (a body in hand: with its head, one write)."""
+
+    __slots__ = ("request", "resp")
+
+    #: the upstream broke mid-answer (a TregError), or the caller went away mid-answer (a failed write: an
+    #: ordinary event, recorded as cancelled; re-raised it became an "unexpected error" and a 500)
+    ends = (TregError, ConnectionError)
+
+    def __init__(self, request: web.Request, resp: RelayResponse) -> None:
+        self.request, self.resp = request, resp
+
+    async def start(self) -> None:
+        await self.resp.prepare(self.request)
+
+    async def whole(self, data: bytes) -> None:
+        await self.resp.write_eof(data)  # already in hand: headers and body leave in one write
+
+    async def chunk(self, data: bytes) -> bool:
+        await self.resp.write(data)
+        return False
+
+    async def end(self) -> None:
+        await self.resp.write_eof()
+
+    def broken(self, exc: BaseException) -> None:
+        # the headers are gone, so never relabel it as a new error response; cut the connection so the
+        # caller sees a truncated answer, not a complete one (aiohttp must not finish it as if it were whole)
+        if self.request.transport is not None:
+            self.request.transport.close()
+
+
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     svc = request.app[SERVICES]
     call_id = new_id("call")
@@ -168,39 +201,7 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     resp = RelayResponse(outcome)
     resp.headers.extend(outcome.headers)
     resp.headers["X-Treg-Call-Id"] = call_id
-    sent = 0
-    error: BaseException | None = None
-    try:
-        await resp.prepare(request)
-        if outcome.whole is not None:
-            # already in hand: headers and body leave in one write
-            await resp.write_eof(outcome.whole)
-            sent = len(outcome.whole)
-        else:
-            async for chunk in outcome.body:
-                await resp.write(chunk)
-                sent += len(chunk)
-            await resp.write_eof()
-    except TregError as exc:
-        # the upstream broke mid-answer: the headers are gone, so never relabel it as a new error
-        # response; cut the connection so the caller sees a truncated answer, not a complete one
-        error = exc
-        if request.transport is not None:
-            request.transport.close()
-    except ConnectionError as exc:
-        # the caller went away mid-answer (a failed write): an ordinary event, recorded as cancelled;
-        # re-raised it became an "unexpected error" and a 500. The transport is cut all the same:
-        # aiohttp must not finish the answer as if it were whole
-        error = exc
-        if request.transport is not None:
-            request.transport.close()
-    except BaseException as exc:  # cancellation (the caller hung up: handler cancellation is on)
-        error = exc
-        raise
-    finally:
-        outcome.close()
-        # finish() is synchronous (it queues the audit row), so even a cancelled handler completes it
-        outcome.finish(sent, error)
+    await drain(outcome, _ToCaller(request, resp))
     return resp
 
 
