@@ -116,7 +116,7 @@ async def test_both_edges_drain_through_the_one_loop(cat, monkeypatch):
     r = await gw.call("GET", "/call/t/items/1")
     assert r.status == 200 and await r.read() == b'{"id": 7}'
     assert (await Mcp(gw).call("t", {"path": "/items/1"}))["structuredContent"]["body"] == {"id": 7}
-    assert drained == ["_ToCaller", "_Bounded"]
+    assert drained == ["RelayResponse", "_Bounded"]
     assert drain_mod.drain is drain
 
 

@@ -30,14 +30,20 @@ _PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "redirect": "/redire
 COALESCE_MAX = 64 * 1024
 
 
-class RelayResponse(web.StreamResponse):
+class RelayResponse(web.StreamResponse, Sink):
     """A StreamResponse that sends the upstream's headers as they were: it keeps an upstream
     Content-Length on a bodyless answer (204/304, which aiohttp would drop) and adds no Content-Type
-    or Server header the upstream did not send."""
+    or Server header the upstream did not send. It is also the :class:`~treg.call.drain.Sink` the
+    answer's body is drained into: the caller's socket, as the body arrives."""
 
-    def __init__(self, outcome: service.CallOutcome) -> None:
+    #: the upstream broke mid-answer (a TregError), or the caller went away mid-answer (a failed write: an
+    #: ordinary event, recorded as cancelled; re-raised it became an "unexpected error" and a 500)
+    ends = (TregError, ConnectionError)
+
+    def __init__(self, outcome: service.CallOutcome, request: web.Request) -> None:
         super().__init__(status=outcome.status, reason=outcome.reason or None)
         self._outcome = outcome
+        self._caller = request
         if outcome.content_length is not None and outcome.content_length <= COALESCE_MAX:
             # a small fixed-length answer: its headers leave with its first body bytes, one write (and
             # one packet) instead of two (docs/performance.md); a streamed answer's go out at once
@@ -53,6 +59,21 @@ class RelayResponse(web.StreamResponse):
             h.popall(hdrs.CONTENT_TYPE, None)
         if not o.has_server:
             h.popall(hdrs.SERVER, None)
+
+    # the sink's steps are aiohttp's own calls where they can be (no frame in between on the hot path):
+    # a body in hand leaves with the head in one write; ``write`` answers None, so a chunk never says "enough"
+    whole = web.StreamResponse.write_eof
+    chunk = web.StreamResponse.write  # type: ignore[assignment]
+    end = web.StreamResponse.write_eof
+
+    async def start(self) -> None:
+        await self.prepare(self._caller)
+
+    def broken(self, exc: BaseException) -> None:
+        # the headers are gone, so never relabel it as a new error response; cut the connection so the
+        # caller sees a truncated answer, not a complete one (aiohttp must not finish it as if it were whole)
+        if self._caller.transport is not None:
+            self._caller.transport.close()
 
 
 #: how a caller's body read fails when the caller hangs up mid-upload
@@ -159,38 +180,6 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
                      user_agent=ctl.user_agent)
 
 
-class _ToCaller(Sink):
-    """The answer streamed to the caller's socket as it arrives (a body in hand: with its head, one write)."""
-
-    __slots__ = ("request", "resp")
-
-    #: the upstream broke mid-answer (a TregError), or the caller went away mid-answer (a failed write: an
-    #: ordinary event, recorded as cancelled; re-raised it became an "unexpected error" and a 500)
-    ends = (TregError, ConnectionError)
-
-    def __init__(self, request: web.Request, resp: RelayResponse) -> None:
-        self.request, self.resp = request, resp
-
-    async def start(self) -> None:
-        await self.resp.prepare(self.request)
-
-    async def whole(self, data: bytes) -> None:
-        await self.resp.write_eof(data)  # already in hand: headers and body leave in one write
-
-    async def chunk(self, data: bytes) -> bool:
-        await self.resp.write(data)
-        return False
-
-    async def end(self) -> None:
-        await self.resp.write_eof()
-
-    def broken(self, exc: BaseException) -> None:
-        # the headers are gone, so never relabel it as a new error response; cut the connection so the
-        # caller sees a truncated answer, not a complete one (aiohttp must not finish it as if it were whole)
-        if self.request.transport is not None:
-            self.request.transport.close()
-
-
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     svc = request.app[SERVICES]
     call_id = new_id("call")
@@ -198,10 +187,10 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     inp = await intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
-    resp = RelayResponse(outcome)
+    resp = RelayResponse(outcome, request)
     resp.headers.extend(outcome.headers)
     resp.headers["X-Treg-Call-Id"] = call_id
-    await drain(outcome, _ToCaller(request, resp))
+    await drain(outcome, resp)
     return resp
 
 
