@@ -1,5 +1,5 @@
 """Overflow wired into real calls (contract § "Overflow to aggregators"): a fake vendor, fake Orthogonal
-and fake Monid on 127.0.0.1 (tests/overflow_world.py), every rule over real HTTP."""
+and fake Monid on 127.0.0.1 (treg/testing/vendors/overflow.py), every rule over real HTTP."""
 
 from __future__ import annotations
 
