@@ -1,100 +1,48 @@
-"""Fixtures: one PostgreSQL per session (embedded unless TREG_TEST_DATABASE_URL), a database per test."""
+"""treg's suite: the fixtures of :mod:`treg.testing.pytest_plugin` (one PostgreSQL per session, a database
+per test, apps on real sockets, recorders), and the few fixtures two of its modules share.
+
+Test support lives in ``treg.testing`` (shipped); a test module never imports another
+(tests/test_suite_layout.py checks it).
+"""
 
 from __future__ import annotations
 
-import logging
-from typing import Any, AsyncIterator, Callable
-
 import pytest
-from aiohttp import web
 
-from treg import tenancy, testing
-from treg.app import create_app
-from treg.keys import SERVICES
+# treg.testing's asserts (check_books, assert_up_down_up…) explain their failures as a test's own do; so
+# before anything imports treg.testing
+pytest.register_assert_rewrite("treg.testing")
 
-logging.getLogger("pgserver").setLevel(logging.WARNING)
-logging.getLogger("alembic").setLevel(logging.WARNING)
+from treg.testing import Events, example_provider, http_response, raw_upstream, vendor_gateway  # noqa: E402
 
+pytest_plugins = ["treg.testing.pytest_plugin"]
 
-@pytest.fixture(scope="session")
-def pg_base():
-    base = testing.base_dsn()
-    testing.prepare_template(base)
-    yield base
-    testing.drop_template(base)
+#: what the ``env`` gateway's org is granted (test_call_exits.py's CREDITS)
+ENV_CREDITS = 100_000
 
 
-@pytest.fixture
-def dsn(pg_base: str):
-    with testing.fresh_database(pg_base) as d:
-        yield d
-
-
-@pytest.fixture
-async def fake_dns():
-    """treg's upstream resolver asks this server on 127.0.0.1 (tests never ask real DNS): unknown
-    names are NXDOMAIN; a test adds ``fake_dns.records["name"] = [("127.0.0.1", ttl)]``."""
-    async with testing.FakeDns() as server:
-        yield server
+def free_download(base_url):
+    return {"id": "files", "base_url": base_url, "auth": [{"location": "header", "name": "X-Key"}],
+            "endpoints": [{"id": "files.get", "method": "GET", "path": "/files/{name}",
+                           "params": [{"name": "name", "in": "path", "required": True}],
+                           "price": {"per_call_micro": 0}},
+                          {"id": "files.render", "method": "POST", "path": "/render", "params": [],
+                           "price": {"usage": [{"path": "usage.pages", "micro_per_unit": 10}],
+                                     "estimate_micro": 5000},
+                           "spooled_response": True}]}
 
 
 @pytest.fixture
-def settings(tmp_path, fake_dns):
-    return testing.make_settings(tmp_path / "home", dns_nameservers=(fake_dns.nameserver,))
-
-
-@pytest.fixture
-def make_app(dsn: str, settings) -> Callable[..., web.Application]:
-    def build(extra_plugins: tuple[Any, ...] = (), **overrides: Any) -> web.Application:
-        return create_app(settings.replace(**overrides) if overrides else settings, dsn=dsn,
-                          extra_plugins=extra_plugins)
-    return build
-
-
-@pytest.fixture
-async def client(make_app, aiohttp_client):
-    """A treg served on a real 127.0.0.1 socket (aiohttp's TestServer), with an aiohttp client."""
-    # make_app (so dsn) before aiohttp_client: teardown runs in reverse, so the app closes its pool
-    # before its database is dropped (the other order costs ~1 s per test in pool teardown)
-    return await aiohttp_client(make_app())
-
-
-@pytest.fixture
-async def owner(client) -> dict[str, Any]:
-    """An org (slug ``acme``) and its owner; ``headers`` authenticate as the owner."""
-    svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
-    org["headers"] = {"X-Treg-Token": org["token"]}
-    return org
-
-
-@pytest.fixture
-async def gateway(make_app, aiohttp_client):
-    """A treg that may relay to 127.0.0.0/8 (tests' upstreams), with org ``acme`` and its owner."""
-    client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
-    yield testing.Gateway(client, org)
-    await client.close()  # closing here, inside the test's loop, is ~1 s faster than aiohttp_client's teardown
-
-
-@pytest.fixture
-async def up():
-    """A raw-socket upstream on 127.0.0.1 that records the exact bytes it receives (answers 200 ``ok``)."""
-    async with testing.raw_upstream() as server:
-        yield server
-
-
-@pytest.fixture
-async def tool(gateway, up):
-    """The tool ``up`` of the gateway's org: base URL ``<up>/v1``, no bindings."""
-    return await gateway.tool("up", up.url + "/v1")
-
-
-@pytest.fixture
-async def svc(dsn: str, settings) -> AsyncIterator[Any]:
-    """The services on their own, no HTTP (the money and idempotency suites drive them directly)."""
-    from test_money_helpers import open_services
-
-    s = await open_services(dsn, settings)
-    yield s
-    await s.db.close()
+async def env(aiohttp_client, make_app):
+    """(gateway, upstream, events): a tool ``t`` and catalog providers on one raw upstream, with credits
+    (``ENV_CREDITS``), a database pool of one connection and a 0.3 s pool timeout
+    (tests/test_call_exits.py, test_call_stages.py)."""
+    events = Events()
+    async with raw_upstream(lambda ex: http_response(200, b'{"usage": {"pages": 3}}')) as up, \
+            vendor_gateway(aiohttp_client, make_app,
+                           [example_provider(up.url + "/v1"), free_download(up.url)],
+                           plugins=(events,), slug="x", credits=ENV_CREDITS, db_pool_min=1, db_pool_max=1,
+                           db_timeout_s=0.3, platform={"TREG_PLATFORM_KEY_ACME": "pk-acme",
+                                                       "TREG_PLATFORM_KEY_FILES": "pk-files"}) as gw:
+        await gw.tool("t", up.url + "/v1")
+        yield gw, up, events

@@ -13,6 +13,7 @@ import pytest
 
 from treg import tenancy
 from treg.keys import SERVICES
+from treg.testing import add_member
 
 PUBLIC = "https://api.example.com/v1"
 
@@ -35,16 +36,6 @@ async def ok(resp: Any, status: int = 200) -> Any:
     assert resp.status == status, (resp.status, await resp.text())
     assert "X-Treg-Error" not in resp.headers
     return await resp.json() if status != 204 else None
-
-
-async def add_member(client: Any, headers: dict[str, str], email: str, role: str = "member",
-                     project_ids: Any = "absent") -> dict[str, Any]:
-    body: dict[str, Any] = {"email": email, "role": role}
-    if project_ids != "absent":
-        body["project_ids"] = project_ids
-    out = await ok(await client.post("/api/v1/members", json=body, headers=headers), 201)
-    out["headers"] = {"X-Treg-Token": out["token"]}
-    return out
 
 
 async def new_secret(client: Any, headers: dict[str, str], name: str = "key", value: Any = "sk_test_1") -> str:

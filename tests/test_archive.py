@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from archive_helpers import PLATFORM_KEY, PRICE, Events, PeopleVendor, people_provider, write_classifier_plugin
 from treg import money, tenancy
 from treg.infra.schema import archive_entries, holds
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, raw_upstream
+from treg.testing import Events, Gateway, ProviderPlugin, open_org, raw_upstream
+from treg.testing.vendors.archive import (PLATFORM_KEY, PRICE, PeopleVendor, people_app, people_provider,
+                                          write_classifier_plugin)
 
 GRANT = 100_000
 
@@ -23,16 +24,10 @@ async def world(aiohttp_client, make_app, tmp_path):
     vendor = PeopleVendor()
     events = Events()
     async with raw_upstream(vendor) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([people_provider(up.url + "/v1")]), events),
-                       plugins_dir=write_classifier_plugin(tmp_path / "plugins"), ssrf_allow=("127.0.0.0/8",),
-                       platform={"TREG_PLATFORM_KEY_PEOPLE": SecretStr(PLATFORM_KEY)})
+        app = people_app(make_app, up, tmp_path / "plugins", events,
+                         platform={"TREG_PLATFORM_KEY_PEOPLE": SecretStr(PLATFORM_KEY)})
         client = await aiohttp_client(app)
-        svc = client.app[SERVICES]
-        gws = []
-        for slug in ("acme", "beta"):
-            org = await tenancy.create_org(svc, slug=slug, email=f"o@{slug}.test")
-            await money.grant(svc, org_id=org["org_id"], amount_micro=GRANT, actor="test")
-            gws.append(Gateway(client, org))
+        gws = [await open_org(client, slug, f"o@{slug}.test", credits=GRANT) for slug in ("acme", "beta")]
         yield gws[0], gws[1], vendor, up, events
         await client.close()
 

@@ -11,12 +11,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from archive_helpers import PLATFORM_KEY, PRICE, PeopleVendor, people_provider, write_classifier_plugin
-from test_money_helpers import check_books
 from treg import money, tenancy
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, ProviderPlugin, http_response, raw_upstream
+from treg.testing import check_books
+from treg.testing.vendors.archive import PLATFORM_KEY, PRICE, PeopleVendor, people_provider, write_classifier_plugin
 
 GRANT = 100_000
 

@@ -9,8 +9,6 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from archive_helpers import CLASSIFIER_PLUGIN, people_provider, write_classifier_plugin
-from migration_helpers import assert_up_down_up
 from treg import plugins, testing
 from treg.app import create_app
 from treg.catalog.errors import CatalogError
@@ -18,7 +16,8 @@ from treg.catalog.load import build_catalog
 from treg.infra import migrate
 from treg.infra.schema import metadata
 from treg.results import HIT, MISS, UNKNOWN, build_classifiers
-from treg.testing import ProviderPlugin
+from treg.testing import ProviderPlugin, assert_up_down_up
+from treg.testing.vendors.archive import CLASSIFIER_PLUGIN, people_provider, write_classifier_plugin
 
 
 @pytest.fixture(scope="module")
@@ -168,15 +167,15 @@ def test_the_endpoint_listing_shows_its_archive(catalog):
 
 def test_an_archived_row_may_not_be_an_async_submission_or_act_on_an_owned_object():
     from treg.catalog.errors import CatalogError
-    from test_catalog_load import acme, build
+    from treg.testing import build_catalog_of, contract_provider
 
     for extra in ({"async": {"task_id": "id", "poll": "acme.items.get", "task_param": "item_id",
                              "status_path": "status", "done": ["done"], "failed": ["failed"]}},
                   {"managed_resource": {"kind": "item", "role": "create", "id_path": "id"}}):
-        data = acme()
+        data = contract_provider()
         data["endpoints"][1].update(archive={"ttl_s": 60}, **extra)
         with pytest.raises(CatalogError) as info:
-            build(data)
+            build_catalog_of(data)
         assert any(p.field == "archive" and "never archived" in p.message for p in info.value.problems), \
             info.value.problems
 
@@ -185,7 +184,7 @@ def test_an_archived_row_may_not_be_an_async_submission_or_act_on_an_owned_objec
 def test_an_archive_on_an_async_poll_or_fetch_stops_startup(tmp_path, dsn, utility):
     """A poll answered from the archive would read a stale status (a fetch is streamed, never stored):
     the row is refused at startup, naming the plugin, the row and the field."""
-    from async_vendor import PLUGIN
+    from treg.testing.vendors.async_jobs import PLUGIN
 
     folder = tmp_path / "plugins"
     folder.mkdir()

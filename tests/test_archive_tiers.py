@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from archive_helpers import Events, PeopleVendor, people_provider, write_classifier_plugin
 from treg import tenancy
 from treg.keys import SERVICES
-from treg.testing import Gateway, ProviderPlugin, raw_upstream
+from treg.testing import Events, Gateway, raw_upstream
+from treg.testing.vendors.archive import PeopleVendor, people_app
 
 
 @pytest.fixture
@@ -18,9 +18,7 @@ async def team(aiohttp_client, make_app, tmp_path):
     vendor = PeopleVendor()
     events = Events()
     async with raw_upstream(vendor) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([people_provider(up.url + "/v1")]), events),
-                       plugins_dir=write_classifier_plugin(tmp_path / "plugins"), ssrf_allow=("127.0.0.0/8",),
-                       archive_max_bytes=1000)
+        app = people_app(make_app, up, tmp_path / "plugins", events, archive_max_bytes=1000)
         client = await aiohttp_client(app)
         org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         gw = Gateway(client, org)

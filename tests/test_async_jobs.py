@@ -1,6 +1,6 @@
 """Async jobs on the platform tier (spec lifecycle.md "Async jobs"), over real HTTP hops: treg on a
-127.0.0.1 socket, the fake vendor of tests/async_vendor.py on another, declared by a third-party plugin
-file in TREG_PLUGINS_DIR, two orgs sharing treg's one vendor account."""
+127.0.0.1 socket, the fake vendor of treg/testing/vendors/async_jobs.py on another, declared by a
+third-party plugin file in TREG_PLUGINS_DIR, two orgs sharing treg's one vendor account."""
 
 from __future__ import annotations
 
@@ -10,27 +10,16 @@ import json
 import pytest
 from sqlalchemy import select
 
-from async_vendor import PLATFORM_KEY, Vendor, write_plugin
-from test_money_helpers import check_books
-from treg import hookimpl, money, tenancy
+from treg import money, tenancy
 from treg.infra.schema import async_jobs, holds
 from treg.keys import SERVICES
 from treg.money import reaper
 from treg.settings import SecretStr
-from treg.testing import Gateway, raw_upstream
+from treg.testing import Events, Gateway, check_books, open_org, raw_upstream
+from treg.testing.vendors.async_jobs import PLATFORM_KEY, Vendor, write_plugin
 
 SUBMIT = "/catalog/call/vidgen.videos.create"
 RENDER = "/catalog/call/vidgen.render"
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list = []
-
-    @hookimpl
-    def treg_event(self, event) -> None:
-        if event.name == "tool_called":
-            self.seen.append(event.props)
 
 
 class World:
@@ -72,11 +61,8 @@ async def world(aiohttp_client, make_app, tmp_path):
         app = make_app((events,), plugins_dir=write_plugin(tmp_path / "plugins", up.url + "/v1"),
                        ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_VIDGEN": SecretStr(PLATFORM_KEY)})
         client = await aiohttp_client(app)
-        svc = client.app[SERVICES]
-        a = Gateway(client, await tenancy.create_org(svc, slug="org-a", email="a@a.test"))
-        b = Gateway(client, await tenancy.create_org(svc, slug="org-b", email="b@b.test"))
-        for gw in (a, b):
-            await money.grant(svc, org_id=gw.org["org_id"], amount_micro=100_000, actor="test")
+        a = await open_org(client, "org-a", "a@a.test", credits=100_000)
+        b = await open_org(client, "org-b", "b@b.test", credits=100_000)
         yield World(a, b, vendor, up, events)
         await client.close()
 
@@ -131,7 +117,7 @@ async def test_submission_leaves_the_hold_open_then_a_done_poll_settles_it_once(
     assert (await w.a.api("GET", "/api/v1/calls?kind=bogus", expect=400))["error"] == "invalid_filter"
     books = await check_books(w.svc, w.a.org["org_id"])
     assert [(h["id"], h["state"], h["settled_micro"]) for h in books["holds"]] == [(call_id, "settled", 5000)]
-    assert [e["kind"] for e in w.events.seen] == ["async_submit"] + ["async_poll"] * 4
+    assert [e["kind"] for e in w.events.tool_called] == ["async_submit"] + ["async_poll"] * 4
 
 
 async def test_a_failed_job_releases_the_hold(world):

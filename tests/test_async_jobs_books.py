@@ -2,7 +2,7 @@
 "Async jobs"): a poll whose settlement cannot be written still relays the vendor's answer and the hold
 is closed by the next poll or the reaper, exactly once; ``GET /api/v1/calls`` and the call's detail
 show the same cost and hold state for a submission whose hold closed after its row was written. Over
-real sockets: treg on 127.0.0.1, the fake vendor of tests/async_vendor.py on another."""
+real sockets: treg on 127.0.0.1, the fake vendor of treg/testing/vendors/async_jobs.py on another."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import json
 
 import pytest
 
-from async_vendor import PLATFORM_KEY, Vendor, write_plugin
-from test_money_helpers import check_books
 from treg import money, tenancy
 from treg.keys import SERVICES
 from treg.money import reaper
 from treg.settings import SecretStr
 from treg.testing import Gateway, raw_upstream
+from treg.testing import check_books
+from treg.testing.vendors.async_jobs import PLATFORM_KEY, Vendor, write_plugin
 
 SUBMIT = "/catalog/call/vidgen.videos.create"
 

@@ -11,12 +11,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from migration_helpers import assert_up_down_up
 from treg.catalog.errors import CatalogError
 from treg.catalog.load import build_catalog
 from treg.infra import migrate
 from treg.infra.schema import metadata
 from treg.jobs.spec import Submission, Utility
+from treg.testing import assert_up_down_up
 from treg_plugins.injectors import HeaderInjector
 
 INJECTORS = {"header": HeaderInjector()}

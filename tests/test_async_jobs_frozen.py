@@ -2,7 +2,7 @@
 "Async jobs"): a plugin update that drops or changes the ``async`` descriptor changes neither who may
 read a pending job nor what it costs. Proven with a second catalog on restart (two served apps in
 sequence on one database) and with two catalogs served at once (a rolling deploy), over real sockets:
-treg on 127.0.0.1, the fake vendor of tests/async_vendor.py on another, two orgs on treg's one account."""
+treg on 127.0.0.1, the fake vendor of treg/testing/vendors/async_jobs.py on another, two orgs on treg's one account."""
 
 from __future__ import annotations
 
@@ -14,16 +14,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from async_vendor import PLATFORM_KEY, PLUGIN, Vendor
-from migration_helpers import assert_schema_matches, assert_up_down_up
-from ops_helpers import empty_database
-from test_money_helpers import check_books
 from treg import money, tenancy
 from treg.infra import migrate
 from treg.infra.schema import async_job_utilities, async_jobs
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, raw_upstream
+from treg.testing import assert_schema_matches, assert_up_down_up, check_books, empty_database
+from treg.testing.vendors.async_jobs import PLATFORM_KEY, PLUGIN, Vendor
 
 SUBMIT = "/catalog/call/vidgen.videos.create"
 

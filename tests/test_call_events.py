@@ -4,16 +4,7 @@ import json
 
 from treg import hookimpl, tenancy
 from treg.keys import SERVICES
-from treg.testing import Gateway, raw_upstream
-
-
-class Recorder:
-    def __init__(self):
-        self.events = []
-
-    @hookimpl
-    def treg_event(self, event):
-        self.events.append(event)
+from treg.testing import Events, Gateway, raw_upstream
 
 
 class Broken:
@@ -23,7 +14,7 @@ class Broken:
 
 
 async def test_tool_called_per_attempt_and_broken_observer_contained(aiohttp_client, make_app, caplog):
-    rec = Recorder()
+    rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(Broken(), rec), ssrf_allow=("127.0.0.0/8",)))
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
@@ -35,7 +26,7 @@ async def test_tool_called_per_attempt_and_broken_observer_contained(aiohttp_cli
         assert ok.status == 200  # the broken observer did not break the call
         missing = await gw.call("GET", "/call/none/x")
         assert missing.status == 404
-    called = [e for e in rec.events if e.name == "tool_called"]
+    called = [e for e in rec.seen if e.name == "tool_called"]
     assert [e.props["call_id"] for e in called] == [ok.headers["X-Treg-Call-Id"], missing.headers["X-Treg-Call-Id"]]
     first = called[0].props
     assert first["outcome"] == "ok" and first["status"] == 200 and first["tool_name"] == "t"
@@ -82,14 +73,14 @@ def _documented_fields() -> set[str]:
 
 
 async def test_the_event_carries_exactly_the_documented_fields(aiohttp_client, make_app):
-    rec = Recorder()
+    rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(rec,), ssrf_allow=("127.0.0.0/8",)))
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with raw_upstream() as up:
         await gw.tool("t", up.url)
         assert (await gw.call("GET", "/call/t/x")).status == 200
-    [event] = [e for e in rec.events if e.name == "tool_called"]
+    [event] = [e for e in rec.seen if e.name == "tool_called"]
     documented = _documented_fields()
     assert len(documented) >= 30  # the table was found and read
     assert set(event.props) - documented == set(), "tool_called fields docs/plugins.md does not list"
@@ -100,7 +91,7 @@ async def test_the_event_carries_exactly_the_documented_fields(aiohttp_client, m
 async def test_the_user_agent_and_the_tag_ride_the_event(aiohttp_client, make_app):
     """Read at intake and once dropped: which client calls, and under which tag. A long User-Agent is
     cut to its first 256 characters; the signals of a plain own-tool call are empty."""
-    rec = Recorder()
+    rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(rec,), ssrf_allow=("127.0.0.0/8",)))
     org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
@@ -110,7 +101,7 @@ async def test_the_user_agent_and_the_tag_ride_the_event(aiohttp_client, make_ap
         a = await gw.call("GET", "/call/t/a", headers={"User-Agent": "OpenAI/Python 1.2.3", "X-Treg-Tag": "team-a"})
         b = await gw.call("GET", "/call/t/b", headers={"User-Agent": long_ua})
         c = await gw.call("GET", "/call/none/x", headers={"User-Agent": "curl/8.5.0", "X-Treg-Tag": "ops"})
-    props = {e.props["call_id"]: e.props for e in rec.events if e.name == "tool_called"}
+    props = {e.props["call_id"]: e.props for e in rec.seen if e.name == "tool_called"}
     first, second, refused = (props[r.headers["X-Treg-Call-Id"]] for r in (a, b, c))
     assert (first["user_agent"], first["tag"]) == ("OpenAI/Python 1.2.3", "team-a")
     assert (second["user_agent"], second["tag"]) == (long_ua[:256], None)

@@ -8,68 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import pytest
-
-from treg import hookimpl, idempotency, money, tenancy
+from treg import idempotency, money, tenancy
 from treg.call import service
 from treg.errors import DatabaseError
-from treg.testing import example_provider, http_response, raw_request_bytes, raw_upstream
-from test_relay_lifecycle import closes  # noqa: F401 (the fixture counting upstream closes)
-from vendor_helpers import count_hold_closes, vendor_gateway
+from treg.testing import audit_row, http_response, raw_request_bytes
 
 BOUND = 10.0  # seconds any single wait may take (a bound, not a timing)
-CREDITS = 100_000
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen = []
-
-    @hookimpl
-    def treg_event(self, event):
-        self.seen.append(event)
-
-    def named(self, name):
-        return [e.props for e in self.seen if e.name == name]
-
-
-def free_download(base_url):
-    return {"id": "files", "base_url": base_url, "auth": [{"location": "header", "name": "X-Key"}],
-            "endpoints": [{"id": "files.get", "method": "GET", "path": "/files/{name}",
-                           "params": [{"name": "name", "in": "path", "required": True}],
-                           "price": {"per_call_micro": 0}},
-                          {"id": "files.render", "method": "POST", "path": "/render", "params": [],
-                           "price": {"usage": [{"path": "usage.pages", "micro_per_unit": 10}],
-                                     "estimate_micro": 5000},
-                           "spooled_response": True}]}
-
-
-@pytest.fixture
-async def env(aiohttp_client, make_app):
-    """(gateway, upstream, events): a tool ``t`` and catalog providers on one raw upstream, with credits."""
-    events = Events()
-    async with raw_upstream(lambda ex: http_response(200, b'{"usage": {"pages": 3}}')) as up, \
-            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1"), free_download(up.url)],
-                           plugins=(events,), slug="x", credits=CREDITS, db_pool_min=1, db_pool_max=1,
-                           db_timeout_s=0.3, platform={"TREG_PLATFORM_KEY_ACME": "pk-acme",
-                                                       "TREG_PLATFORM_KEY_FILES": "pk-files"}) as gw:
-        await gw.tool("t", up.url + "/v1")
-        yield gw, up, events
-
-
-@pytest.fixture
-def hold_closes(monkeypatch):
-    """Every effective close of a hold (a settle or release that changed it)."""
-    return count_hold_closes(monkeypatch)
-
-
-async def audit_row(gw, call_id):
-    for _ in range(int(BOUND / 0.02)):  # the audit writer batches: bounded polling
-        r = await gw.call("GET", f"/api/v1/calls/{call_id}")
-        if r.status == 200:
-            return await r.json()
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no audit row for {call_id}")
+CREDITS = 100_000  # what the ``env`` gateway (tests/conftest.py) grants
 
 
 async def assert_money_untouched(gw, hold_closes, call_id):

@@ -67,11 +67,10 @@ async def test_no_connection_held_during_the_spacers_wait(aiohttp_client, make_a
     """The platform tier's spacer waits after the hold is placed and before the send: 12 calls to a
     provider allowing 10 per second, through a pool of TWO connections, are made to wait, and no
     waiting task holds a connection (the hold's transaction has ended; the settle's has not begun)."""
-    from capacity_vendor import PLATFORM_KEYS, write_plugin
-
     from treg import money
     from treg.settings import SecretStr
     from treg.testing import raw_upstream
+    from treg.testing.vendors.capacity import PLATFORM_KEYS, write_plugin
 
     calls = 12
     async with raw_upstream() as up:

@@ -3,9 +3,7 @@ also when a kept-alive connection to the host already exists (DNS rebinding)."""
 
 from treg import tenancy
 from treg.keys import SERVICES
-from treg.testing import Gateway
-
-from test_ssrf_calltime_resolver import ALLOW_ONE, upstream_pair  # noqa: E402  (shared fixtures of that module)
+from treg.testing import ALLOW_ONE, Gateway, upstream_pair
 
 
 async def test_rebinding_is_refused_before_anything_is_sent(aiohttp_client, make_app, fake_dns):

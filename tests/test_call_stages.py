@@ -10,9 +10,7 @@ import pytest
 
 from treg.call import redirects
 from treg.memo import BoundedMemo, memoized
-from treg.testing import http_response
-from test_call_exits import Events, audit_row, env  # noqa: F401 (fixtures: gateway with tool t, catalog, credits)
-from test_relay_lifecycle import closes  # noqa: F401 (the fixture counting upstream closes)
+from treg.testing import audit_row, http_response
 
 
 async def test_a_failure_building_a_streamed_answer_is_recorded_once_and_closes_the_upstream(env, closes,

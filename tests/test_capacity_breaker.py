@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import pytest
 
 from treg.capacity.breaker import BreakerStore, LockView
 from treg.infra.db import Database
-
-T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

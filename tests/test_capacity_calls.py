@@ -1,6 +1,6 @@
 """The breaker and burst smoothing on real calls (docs/resilience.md), over real HTTP hops: treg on a
-127.0.0.1 socket, the fake vendor (tests/capacity_vendor.py, a plugin file in TREG_PLUGINS_DIR with its
-own signature rows) on a raw-socket upstream."""
+127.0.0.1 socket, the fake vendor (treg/testing/vendors/capacity.py, a plugin file in TREG_PLUGINS_DIR
+with its own signature rows) on a raw-socket upstream."""
 
 from __future__ import annotations
 
@@ -13,34 +13,20 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from capacity_vendor import PLATFORM_KEYS, Vendor, answer, ok, out_of_credits, write_plugin
 from sqlalchemy import select
-from test_money_helpers import check_books
 
-from treg import hookimpl, money, tenancy
+from treg import money, tenancy
 from treg.capacity.breaker import BreakerStore
 from treg.capacity.classify import UNRECORDED_LOG
 from treg.infra.schema import holds, idempotency_keys
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, raw_upstream
+from treg.testing import Events, Gateway, check_books, raw_upstream
+from treg.testing.vendors.capacity import PLATFORM_KEYS, Vendor, answer, ok, out_of_credits, write_plugin
 
 GAP = 0.2  # TREG_CAPACITY_STRIKE_GAP_S here: a second strike counts this long after the first
 CREDITS = 100_000
 ITEMS = "/catalog/call/vend.items.get?item_id=1"
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
-
-    @hookimpl
-    def treg_event(self, event):
-        self.seen.append(event)
-
-    def called(self, call_id: str) -> dict[str, Any]:
-        [props] = [e.props for e in self.seen if e.name == "tool_called" and e.props["call_id"] == call_id]
-        return props
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from migration_helpers import assert_schema_matches, assert_up_down_up
+from treg.testing import assert_schema_matches, assert_up_down_up
 
 TABLES = {"capacity_keys", "overflow_spend", "overflow_health"}
 

@@ -10,11 +10,10 @@ import json
 import time
 
 import aiohttp
-from capacity_vendor import PLATFORM_KEYS, ok, out_of_credits, write_plugin
-from ops_helpers import Served, assert_clean_exits, run_treg, stop_all, treg_env
-from test_two_processes import PROPAGATION_S, Api, within
 
 from treg import testing
+from treg.testing import PROPAGATION_S, Api, assert_clean_exits, run_treg, serve_pair, stop_all, treg_env, within
+from treg.testing.vendors.capacity import PLATFORM_KEYS, ok, out_of_credits, write_plugin
 
 ITEMS = "/catalog/call/vend.items.get?item_id=1"
 
@@ -39,8 +38,7 @@ async def test_two_processes_agree_on_a_lock_within_2s(dsn, settings, tmp_path):
                                                   "--email", "o@acme.test")).stdout)
         granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", "acme", "--micro", "100000")
         assert granted.returncode == 0, granted.stderr
-        a, b = await asyncio.gather(asyncio.to_thread(Served, env, tmp_path / "a.log"),
-                                    asyncio.to_thread(Served, env, tmp_path / "b.log"))
+        a, b = await serve_pair(env, tmp_path)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
                 A, B = Api(session, a.base), Api(session, b.base)

@@ -5,26 +5,14 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from test_capacity_breaker import Clock
-from test_api_management import add_member
-from test_cli import treg
-
-from treg.capacity.breaker import BreakerStore
 from treg.keys import SERVICES
-
-
-async def _lock(svc, kind, provider, endpoint):
-    clock = Clock()
-    clock.now = clock.now.replace(year=2100)  # far future: the lock is still on when the CLI reads it
-    store = BreakerStore(svc.db, svc.settings, clock=clock)
-    await store.strike(kind, provider, endpoint)
-    clock.advance(20)
-    return (await store.strike(kind, provider, endpoint)).lock
+from treg.testing import add_member, run_cli as treg
+from treg.testing.vendors.capacity import strike_lock
 
 
 async def test_api_lists_locks_to_the_owner(client, owner):
     svc = client.app[SERVICES]
-    lock = await _lock(svc, "quota", "acme", "acme.items-get")
+    lock = await strike_lock(svc, "quota", "acme", "acme.items-get")
     resp = await client.get("/api/v1/capacity", headers=owner["headers"])
     assert resp.status == 200
     body = await resp.json()
@@ -38,8 +26,8 @@ async def test_api_lists_locks_to_the_owner(client, owner):
 
 async def test_cli_lists_and_clears(client, dsn, tmp_path):
     svc = client.app[SERVICES]
-    await _lock(svc, "balance", "acme", None)
-    await _lock(svc, "quota", "beta", "beta.search")
+    await strike_lock(svc, "balance", "acme", None)
+    await strike_lock(svc, "quota", "beta", "beta.search")
     home = tmp_path / "cli-home"
     listed = treg(home, dsn, "capacity", "list")
     assert listed.returncode == 0, listed.stderr

@@ -2,7 +2,7 @@
 and capabilities on ``GET /api/v1/catalog/endpoints?q=…`` and MCP ``catalog_search`` (one function makes
 both), and a capacity refusal carries ``resets_at`` and ``retry_after_s`` on both (``Retry-After`` too
 over HTTP). Over real sockets: treg on 127.0.0.1, MCP over its HTTP transport, the fake vendor of
-tests/capacity_vendor.py (a plugin file in TREG_PLUGINS_DIR) on a raw socket."""
+treg/testing/vendors/capacity.py (a plugin file in TREG_PLUGINS_DIR) on a raw socket."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from capacity_vendor import PLATFORM_KEYS, Vendor, answer, write_plugin
-from mcp_helpers import Mcp
 from treg import money, tenancy
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, raw_upstream
+from treg.testing import Mcp
+from treg.testing.vendors.capacity import PLATFORM_KEYS, Vendor, answer, write_plugin
 
 GAP = 0.2
 ITEMS = "/catalog/call/vend.items.get?item_id=1"

@@ -12,62 +12,11 @@ from treg import plugins
 from treg.catalog.errors import CatalogError
 from treg.catalog.load import build_catalog, check_root_url, load_catalog
 from treg.errors import ConfigError
+from treg.testing import (build_catalog_of as build, catalog_problems as problems_of,
+                          contract_provider as acme, endpoint_row as get_ep)
 from treg_plugins.injectors import HeaderInjector, JsonInjector, QueryInjector
 
 INJECTORS = {"header": HeaderInjector(), "query": QueryInjector(), "json": JsonInjector()}
-
-
-def acme() -> dict[str, Any]:
-    """catalog.md's example provider, plus a POST endpoint to mutate."""
-    return {
-        "id": "acme",
-        "base_url": "https://api.acme.example/v1",
-        "auth": [{"location": "header", "name": "Authorization", "format": "Bearer {secret}"}],
-        "required_headers": {"X-Api-Version": "2025-11-01"},
-        "catalog_hosts": ["https://eu.api.acme.example/v1"],
-        "rate_limit": {"limit": 120, "window_s": 60},
-        "endpoints": [
-            {
-                "id": "acme.items.get",
-                "method": "GET",
-                "path": "/items/{item_id}",
-                "params": [
-                    {"name": "item_id", "in": "path", "required": True},
-                    {"name": "fields", "in": "query", "enum": ["id", "all"]},
-                ],
-                "price": {"per_call_micro": 2000},
-                "capability": "items.lookup",
-                "status": "live",
-                "status_note": None, "superseded_by": None,
-                "platform_auth": None,
-                "strict_query": False, "body_allowlist": False, "spooled_response": False,
-            },
-            {
-                "id": "acme.items.create",
-                "method": "POST",
-                "path": "/items",
-                "params": [{"name": "name", "in": "body", "required": True},
-                           {"name": "tags", "in": "body", "type": "array", "max_items": 3}],
-                "price": {"per_call_micro": 5000},
-            },
-        ],
-    }
-
-
-def build(*providers: dict[str, Any], plugin: str = "acme-plugin"):
-    return build_catalog([(plugin, list(providers))], INJECTORS)
-
-
-def problems_of(mutate: Callable[[dict[str, Any]], Any]) -> list:
-    data = acme()
-    mutate(data)
-    with pytest.raises(CatalogError) as info:
-        build(data)
-    return list(info.value.problems)
-
-
-def get_ep(data: dict[str, Any], i: int = 0) -> dict[str, Any]:
-    return data["endpoints"][i]
 
 
 def test_the_contract_example_builds():

@@ -9,11 +9,10 @@ import pytest
 
 from treg import money, tenancy
 from treg.call import service
-from treg.call.types import CallInput
-from treg.ids import new_id
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin as Plugin, example_provider as provider, http_response, raw_upstream
+from treg.testing import (Gateway, ProviderPlugin as Plugin, call_input, example_provider as provider,
+                          http_response, raw_upstream)
 
 N = 240
 PRICE = 2000
@@ -63,9 +62,8 @@ async def test_money_invariants_under_faults(aiohttp_client, make_app, seed):
 
         async def via_service_cancelled(i):
             # plain-Python drive of the pipeline, cancelled while the upstream is in flight
-            inp = CallInput(call_id=new_id("call"), surface="catalog", method="GET",
-                            rest="acme.items.get", raw_query=f"item_id=slow{i}", headers=(),
-                            token=org["token"], org_hint=None, body=None, content_length=None)
+            inp = call_input("acme.items.get", surface="catalog", raw_query=f"item_id=slow{i}",
+                             token=org["token"])
             task = asyncio.create_task(service.execute(svc, inp))
             await asyncio.sleep(0.05 + rng.random() * 0.1)
             task.cancel()

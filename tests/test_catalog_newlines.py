@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_catalog_load import get_ep, problems_of
+from treg.testing import catalog_problems as problems_of, endpoint_row as get_ep
 
 
 @pytest.mark.parametrize("mutate, field", [

@@ -4,7 +4,7 @@ Inside one test session modules are imported in whatever order the tests happen 
 cycle that only works when one side is imported first (a function-level import papering over it, a
 module that needs the other half-initialised) goes unnoticed. Here each module is the first of
 treg's that a fresh process imports, one at a time: an import order a plugin, the CLI or a script may
-well use. The harness is tests/import_each.py (one fork per module of a process holding only the
+well use. The harness is treg/testing/import_each.py (one fork per module of a process holding only the
 third-party dependencies).
 """
 
@@ -24,7 +24,7 @@ import treg
 import treg_migrations
 import treg_plugins
 
-HARNESS = Path(__file__).resolve().parent / "import_each.py"
+HARNESS = Path(treg.__file__).resolve().parent / "testing" / "import_each.py"
 OURS = ["treg", "treg_plugins", "treg_migrations"]
 #: ``env.py`` runs the migrations and only imports inside alembic's context; a ``__main__`` runs the program
 NOT_IMPORTABLE_ALONE = {"treg_migrations.env", "treg.__main__"}

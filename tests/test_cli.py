@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from treg import __version__, settings as settings_mod
 from treg.infra import migrate
-
-
-def treg(home: Path, dsn: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
-    e.update(TREG_HOME=str(home), **env)
-    if dsn is not None:
-        e["TREG_DATABASE_URL"] = dsn  # a libpq keyword DSN works as well as a postgresql:// URL
-    return subprocess.run([sys.executable, "-m", "treg", *args], env=e, capture_output=True, text=True, timeout=120)
+from treg.testing import run_cli as treg
 
 
 def one_json_object(stdout: str) -> dict:
@@ -72,7 +61,8 @@ def test_init_bad_input(dsn, tmp_path, slug, email, code):
 
 def test_db_upgrade(pg_base, tmp_path):
     import psycopg2
-    from ops_helpers import empty_database
+
+    from treg.testing import empty_database
 
     # an empty database: `treg db upgrade` brings it to head, and again is a no-op
     with empty_database(pg_base) as dsn:

@@ -7,9 +7,9 @@ import asyncio
 import json
 
 import psycopg2
-from ops_helpers import Served, empty_database, http, run_treg, treg_env
 
 from treg.infra import crypto
+from treg.testing import Served, empty_database, http, run_treg, treg_env
 
 VALUE = "sk_live_BACKUPCANARY_7f0e"
 

@@ -15,19 +15,9 @@ from treg.errors import ConfigError, GatewayFailed
 from treg.infra import dns as tdns
 from treg.infra.dns import SsrfRefused, VettingResolver, parse_nameservers
 from treg.infra.ssrf import SsrfPolicy
-from treg.testing import FakeDns, make_settings
+from treg.testing import Clock, FakeDns, make_settings
 
 ip = ipaddress.ip_address
-
-
-class Clock:
-    """A hand-moved monotonic clock: TTL expiry without sleeping."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -38,7 +28,8 @@ async def dns_server():
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    """A hand-moved monotonic clock: TTL expiry without sleeping."""
+    return Clock(1000.0)
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from ops_helpers import free_port, run_treg, treg_env
-
 from treg.infra import crypto, migrate
+from treg.testing import free_port, run_treg, treg_env
 
 CHECKS = ["database reachable", "migrations current", "master key", "plugins loaded", "SSRF guard on",
           "DNS resolver answering"]

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from test_cli import treg
+from treg.testing import run_cli as treg
 
 NUL = "a\u0000b"
 

@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ops_helpers import Served, http, run_treg, treg_env
 
 from treg.errors import ConfigError
 from treg.infra import embedded_pg
+from treg.testing import Served, http, run_treg, treg_env
 
 VALUE = "sk_live_EMBEDDEDCANARY_93e1"
 

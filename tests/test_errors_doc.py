@@ -8,9 +8,9 @@ import re
 from collections import defaultdict
 
 import pytest
-from error_codes import ROOT, scan
 
 from treg import errors
+from treg.testing.error_codes import ROOT, scan
 
 DOC = ROOT / "docs" / "errors.md"
 ROW = re.compile(r"^\|\s*`([a-z0-9_]+)`\s*\|\s*([^|]+?)\s*\|\s*([^|]+?)\s*\|", re.M)
@@ -23,8 +23,8 @@ def documented(text: str) -> dict[str, tuple[str, str]]:
 
 def test_every_code_in_the_source_is_documented_and_every_documented_code_is_used():
     uses, unreadable = scan()
-    assert unreadable == [], ("tests/error_codes.py cannot read these code= values; write the code as a "
-                              f"literal (or a conditional of literals): {unreadable}")
+    assert unreadable == [], ("treg/testing/error_codes.py cannot read these code= values; write the code "
+                              f"as a literal (or a conditional of literals): {unreadable}")
     where: dict[str, list[str]] = defaultdict(list)
     for use in uses:
         where[use.code].append(str(use))
@@ -48,7 +48,7 @@ def test_class_defaults_match_the_doc():
 
 def test_the_scanner_finds_every_form(tmp_path, monkeypatch):
     # the reader must be able to fail: each form it claims to follow is found, an f-string is reported
-    import error_codes
+    from treg.testing import error_codes
 
     pkg = tmp_path / "pkg"
     pkg.mkdir()

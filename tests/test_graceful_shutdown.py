@@ -14,9 +14,9 @@ from typing import AsyncIterator
 
 import psycopg2
 import pytest
-from ops_helpers import Served, http, run_treg, treg_env
 
 from treg.infra import crypto
+from treg.testing import Served, http, run_treg, treg_env
 
 TICK_S = 0.25
 

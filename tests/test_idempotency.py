@@ -9,12 +9,12 @@ import random
 import pytest
 from sqlalchemy import select, text, update
 
-from test_money_helpers import check_books
 from treg import idempotency, money, tenancy
 from treg.errors import BadRequest, Conflict, NotFound, Unprocessable
 from treg.idempotency import ClaimOutcome
 from treg.infra.schema import idempotency_keys
 from treg.money import reaper
+from treg.testing import check_books
 
 
 @pytest.fixture

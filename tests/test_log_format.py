@@ -8,9 +8,9 @@ import json
 import socket
 
 import pytest
-from ops_helpers import Served, http, run_treg, treg_env
 
 from treg.infra import crypto
+from treg.testing import Served, http, run_treg, treg_env
 
 SECRET = "sk_live_LOGCANARY_SECRET_4d1"
 QUERY = "QUERYCANARY_9b2"

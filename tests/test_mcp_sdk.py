@@ -15,7 +15,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from mcp_helpers import LEGACY, MODERN
+from treg.testing import LEGACY, MODERN
 
 
 def sdk(gateway, path: str = "/mcp", mode: str = "auto", token: str | None = None):

@@ -7,11 +7,9 @@ import json
 
 import pytest
 
-from mcp_helpers import Mcp
-from treg import money, tenancy
+from treg import tenancy
 from treg.keys import SERVICES
-from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, example_provider, http_response, raw_upstream
+from treg.testing import Gateway, Mcp, example_provider, http_response, raw_upstream, vendor_gateway
 
 
 def names(result: dict) -> list[str]:
@@ -161,14 +159,10 @@ async def test_unknown_tool_is_invalid_params_pointing_at_the_catalog(gateway):
 async def cat(aiohttp_client, make_app):
     """A gateway with the acme test provider on a raw upstream, a platform key, credits to spend."""
     async with raw_upstream(lambda ex: http_response(200, b'{"id": 7}', [("Content-Type", "application/json")])) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
-                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-1")})
-        client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme-org", email="o@acme.test")
-        gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=10_000, actor="test")
-        yield gw, up
-        await client.close()
+        async with vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1")],
+                                  platform={"TREG_PLATFORM_KEY_ACME": "pk-1"}, slug="acme-org", email="o@acme.test",
+                                  credits=10_000) as gw:
+            yield gw, up
 
 
 async def test_catalog_search_names_params_price_tier_and_alternatives(cat):

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from mcp_helpers import LEGACY, MODERN, Mcp, legacy_headers, modern_headers, modern_message
 from treg import tenancy
 from treg.keys import SERVICES
-from treg.testing import Gateway
+from treg.testing import LEGACY, MODERN, Gateway, Mcp, legacy_headers, modern_headers, modern_message
 
 
 # -- 2025-11-25 --------------------------------------------------------------------------------------

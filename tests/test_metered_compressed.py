@@ -7,11 +7,10 @@ import zlib
 
 import pytest
 
-from vendor_helpers import count_hold_closes, media_provider, vendor_gateway
-
 from treg import money
 from treg.call import encodings, metered
-from treg.testing import example_provider, http_response, raw_upstream
+from treg.testing import (count_hold_closes, example_provider, http_response, media_provider, raw_upstream,
+                          vendor_gateway)
 
 CREDITS = 1_000_000
 TOKENS = 1234

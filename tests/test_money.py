@@ -8,11 +8,11 @@ import random
 import pytest
 from sqlalchemy import text, update
 
-from test_money_helpers import check_books, open_services
 from treg import money, tenancy
 from treg.errors import BadRequest, Conflict, DatabaseError, NotFound, PaymentRequired
 from treg.infra.schema import holds
 from treg.money import limits
+from treg.testing import check_books, open_services
 
 
 @pytest.fixture

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from migration_helpers import assert_schema_matches, assert_up_down_up, table_of
+from treg.testing import assert_schema_matches, assert_up_down_up
 
 MONEY_TABLES = {"org_balances", "credit_grants", "holds", "money_daily", "member_caps", "tag_budgets",
                 "idempotency_keys"}
-
-
-def _table_of(diff: object) -> str | None:
-    return table_of(diff, MONEY_TABLES)
 
 
 def test_schema_matches_migration(dsn):

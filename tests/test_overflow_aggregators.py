@@ -4,7 +4,7 @@ and health store against the real PostgreSQL."""
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import aiohttp
 import pytest
@@ -14,6 +14,7 @@ from treg.overflow import aggregator as agg
 from treg.overflow.aggregator import OverflowInput, OverflowRoute
 from treg.overflow.store import OverflowStore
 from treg.settings import SecretStr
+from treg.testing import T0, Clock
 from treg_plugins.aggregator_monid import Monid
 from treg_plugins.aggregator_orthogonal import Orthogonal
 
@@ -171,16 +172,8 @@ def test_usd_to_micro_rounds_up_and_refuses_garbage():
     assert agg.usd_to_micro("-1") is None and agg.usd_to_micro("x") is None and agg.usd_to_micro(True) is None
 
 
-class Clock:
-    def __init__(self):
-        self.now = datetime(2026, 12, 1, 23, 0, tzinfo=timezone.utc)
-
-    def __call__(self):
-        return self.now
-
-
 async def test_budget_per_utc_day(svc):
-    clock = Clock()
+    clock = Clock(T0.replace(hour=23))
     store = OverflowStore(svc.db, svc.settings.replace(overflow_budgets={"ORTHOGONAL": 30000}), clock=clock)
     assert await store.within_budget("orthogonal", 30000)
     assert await store.record_spend("orthogonal", 12000) == 12000
@@ -192,7 +185,7 @@ async def test_budget_per_utc_day(svc):
 
 
 async def test_health_marks_aggregator_wide_or_per_vendor(svc):
-    clock = Clock()
+    clock = Clock(T0.replace(hour=23))
     settings = svc.settings.replace(overflow_unhealthy_s=900, overflow_keys={"ORTHOGONAL": KEY, "MONID": KEY})
     store = OverflowStore(svc.db, settings, clock=clock)
     await store.mark_unhealthy("overflow:monid:acme", agg.VENDOR_CAPACITY)

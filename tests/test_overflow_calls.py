@@ -1,5 +1,5 @@
 """Overflow wired into real calls (contract § "Overflow to aggregators"): a fake vendor, fake Orthogonal
-and fake Monid on 127.0.0.1 (tests/overflow_world.py), every rule over real HTTP."""
+and fake Monid on 127.0.0.1 (treg/testing/vendors/overflow.py), every rule over real HTTP."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import logging
 import pytest
 from aiohttp import web
 
-from overflow_world import (CREDITS, DIRECT_PRICE, MONID_KEY, MONID_PRICE, ORTH_KEY, ORTH_PRICE, PLATFORM_KEY,
-                            make_world, orth_ok, vendor_402)
 from treg.settings import SecretStr
+from treg.testing.vendors.overflow import (CREDITS, DIRECT_PRICE, MONID_KEY, MONID_PRICE, ORTH_KEY,
+                                           ORTH_PRICE, PLATFORM_KEY, make_world, orth_ok, vendor_402)
 
 pytestmark = pytest.mark.usefixtures("fake_dns")
 
@@ -55,7 +55,7 @@ async def test_a_balance_answer_is_served_through_the_first_aggregator(world, ca
             child["parent_call_id"], child["hold_state"], child["outcome"]) == \
         (200, 11000, "platform-overflow", "overflow:orthogonal", call_id, "settled", "ok")
     # one product event, for the final answer
-    assert [(e["call_id"], e["status"], e["cost_micro"]) for e in world.events.seen] == \
+    assert [(e["call_id"], e["status"], e["cost_micro"]) for e in world.events.tool_called] == \
         [(call_id + ":overflow", 200, 11000)]
 
     got = await world.gw.api("GET", f"/api/v1/calls/{call_id}", expect=200)
@@ -162,7 +162,7 @@ async def test_an_aggregator_failure_marks_it_and_answers_503(world, reply, mark
     assert rows[call_id]["status"] == 402
     assert (rows[call_id + ":overflow"]["status"], rows[call_id + ":overflow"]["error_code"]) == \
         (503, "provider_capacity")
-    assert [e["call_id"] for e in world.events.seen] == [call_id + ":overflow"]
+    assert [e["call_id"] for e in world.events.tool_called] == [call_id + ":overflow"]
     bal = await world.balance()
     assert bal.balance_micro == bal.granted_micro
 
@@ -185,7 +185,7 @@ async def test_an_aggregator_refusal_leaves_the_direct_answer(world):
     rows = await world.rows()
     assert rows[call_id]["status"] == 402 and rows[call_id]["outcome"] == "upstream_error"
     assert rows[call_id + ":overflow"]["refused_by"] == "overflow"
-    assert [e["call_id"] for e in world.events.seen] == [call_id]  # the direct answer is the final one
+    assert [e["call_id"] for e in world.events.tool_called] == [call_id]  # the direct answer is the final one
 
 
 async def test_monid_is_polled_when_orthogonal_has_no_key(make_app, aiohttp_server, aiohttp_client):
@@ -361,7 +361,7 @@ async def test_metric_counts_real_outcomes(world):
 
 
 async def test_an_mcp_catalog_call_discloses_the_overflow(world):
-    from mcp_helpers import Mcp
+    from treg.testing import Mcp
 
     out = await Mcp(world.gw).call("catalog_call", {"endpoint": "acme.items.get", "params": {"item_id": "7"}})
     sc = out["structuredContent"]

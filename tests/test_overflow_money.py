@@ -10,14 +10,12 @@ import json
 import pytest
 from aiohttp import web
 
-from overflow_world import AcmePlugin, Events, Fake, make_world, serve, settings_for
 from treg import money
 from treg.call import service
-from treg.call.types import CallInput
-from treg.ids import new_id
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, make_settings
+from treg.testing import Events, Gateway, call_input, make_settings
+from treg.testing.vendors.overflow import AcmePlugin, Fake, make_world, serve, settings_for
 
 pytestmark = pytest.mark.usefixtures("fake_dns")
 
@@ -86,9 +84,8 @@ async def test_money_after_a_mixed_run(make_app, aiohttp_server, aiohttp_client)
             await task
 
     async def via_task_cancelled(i: int) -> None:
-        inp = CallInput(call_id=new_id("call"), surface="catalog", method="GET", rest="acme.items.get",
-                        raw_query=f"item_id=slow-t{i}", headers=(), token=org["token"], org_hint=None, body=None,
-                        content_length=None)
+        inp = call_input("acme.items.get", surface="catalog", raw_query=f"item_id=slow-t{i}",
+                         token=org["token"])
         task = asyncio.create_task(service.execute(svc, inp))
         await seen_by_aggregator(f"slow-t{i}")
         task.cancel()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from overflow_world import Fake, make_world, orth_ok
+from treg.testing.vendors.overflow import Fake, make_world, orth_ok
 
 ALLOW_VENDOR_ONLY = ("127.0.0.1/32",)
 

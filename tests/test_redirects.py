@@ -298,23 +298,17 @@ async def test_locations_treg_cannot_read_strictly_are_dropped(world):
 
 
 async def test_a_billed_catalog_answer_redirects_without_the_platform_key(aiohttp_client, make_app):
-    from treg import money
-    from treg.keys import SERVICES
-    from treg.settings import SecretStr
-    from treg.testing import Gateway, ProviderPlugin, example_provider
+    from treg.testing import example_provider, vendor_gateway
 
     def answer(ex: Exchange) -> bytes:
         if ex.target.startswith("/v1/items/7"):
             return _redirect(302, "/v1/items/8")  # the provider's own host: still no key may follow
         return _json(200, {"at": ex.target})
 
-    async with raw_upstream(answer) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
-                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("platform-key-123")})
-        client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme-org", email="o@acme.test")
-        gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=10_000, actor="test")
+    async with raw_upstream(answer) as up, \
+            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1")], slug="acme-org",
+                           platform={"TREG_PLATFORM_KEY_ACME": "platform-key-123"}, email="o@acme.test",
+                           credits=10_000) as gw:
         r = await gw.call("GET", "/catalog/call/acme.items.get?item_id=7", allow_redirects=False)
         assert r.status == 302 and r.headers["X-Treg-Cost-Micro"] == "0"  # not a 2xx: released
         assert r.headers["Location"].startswith("/redirect/") and r.headers["X-Treg-Upstream-Location"] == "/v1/items/8"
@@ -323,7 +317,6 @@ async def test_a_billed_catalog_answer_redirects_without_the_platform_key(aiohtt
         assert r.status == 200 and (await r.json()) == {"at": "/v1/items/8"}
         assert up.last.header("authorization") is None and "X-Treg-Cost-Micro" not in r.headers
         assert not [k for k, _ in up.last.headers if k.lower().startswith("x-treg")]
-        await client.close()
 
 
 async def test_a_project_scoped_deny_rule_follows_the_redirect_hop(world):

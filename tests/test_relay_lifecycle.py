@@ -19,52 +19,10 @@ from aiohttp import web
 
 from treg import tenancy, testing
 from treg.app import make_runner
-from treg.infra import upstream as upstream_mod
 from treg.keys import SERVICES
 from treg.testing import http_response, raw_request_bytes, raw_upstream
 
 BOUND = 10.0  # seconds any single wait may take before the test fails (a bound, not a timing)
-
-
-class Closes:
-    """Every CloseOnce made during the test and each close() call on it: (complete, was_already_closed)."""
-
-    def __init__(self) -> None:
-        self.instances: list[upstream_mod.CloseOnce] = []
-        self.calls: dict[int, list[tuple[bool, bool]]] = {}
-        self.changed = asyncio.Event()
-
-    def effective(self, closer: upstream_mod.CloseOnce) -> list[bool]:
-        return [complete for complete, already in self.calls.get(id(closer), []) if not already]
-
-    async def wait_closed(self, n: int = 1) -> list[upstream_mod.CloseOnce]:
-        async def until() -> None:
-            while sum(1 for c in self.instances if c.closed) < n:
-                self.changed.clear()
-                await self.changed.wait()
-        await asyncio.wait_for(until(), BOUND)
-        return self.instances
-
-
-@pytest.fixture
-def closes(monkeypatch) -> Closes:
-    rec = Closes()
-    orig_init = upstream_mod.CloseOnce.__init__
-    orig_close = upstream_mod.CloseOnce.close
-
-    def init(self: Any, resp: Any) -> None:
-        orig_init(self, resp)
-        rec.instances.append(self)
-        rec.calls[id(self)] = []
-
-    def close(self: Any, *, complete: bool = False) -> None:
-        rec.calls[id(self)].append((complete, self.closed))
-        orig_close(self, complete=complete)
-        rec.changed.set()
-
-    monkeypatch.setattr(upstream_mod.CloseOnce, "__init__", init)
-    monkeypatch.setattr(upstream_mod.CloseOnce, "close", close)
-    return rec
 
 
 async def wait_calls(gw: testing.Gateway, n: int) -> list[dict[str, Any]]:

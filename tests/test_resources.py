@@ -8,13 +8,12 @@ import asyncio
 import json
 
 import pytest
-from resources_helpers import PLATFORM_KEY, TEAM_KEY, FakeVendor, hooky_provider, org_holds
 
-from treg import idempotency, money, tenancy
+from treg import idempotency
 from treg.infra import upstream as upstream_mod
-from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway, ProviderPlugin, raw_upstream
+from treg.testing import Gateway, ProviderPlugin, open_org, org_holds, raw_upstream
+from treg.testing.vendors.resources import PLATFORM_KEY, TEAM_KEY, FakeVendor, hooky_provider
 
 CREATE = "/catalog/call/hooky.webhooks.create"
 
@@ -39,11 +38,8 @@ async def two(aiohttp_client, make_app):
         app = make_app(extra_plugins=(ProviderPlugin([hooky_provider(up.url + "/v1")]),),
                        ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_HOOKY": SecretStr(PLATFORM_KEY)})
         client = await aiohttp_client(app)
-        svc = client.app[SERVICES]
-        a = Gateway(client, await tenancy.create_org(svc, slug="alpha", email="a@alpha.test"))
-        b = Gateway(client, await tenancy.create_org(svc, slug="beta", email="b@beta.test"))
-        for gw in (a, b):
-            await money.grant(svc, org_id=gw.org["org_id"], amount_micro=100_000, actor="test")
+        a = await open_org(client, "alpha", "a@alpha.test", credits=100_000)
+        b = await open_org(client, "beta", "b@beta.test", credits=100_000)
         yield a, b, vendor, up
         await client.close()
 

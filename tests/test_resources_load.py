@@ -8,15 +8,15 @@ from typing import Any, Callable
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from resources_helpers import hooky_provider
 from sqlalchemy import inspect
 
-from migration_helpers import assert_up_down_up
 from treg.catalog.errors import CatalogError
 from treg.catalog.load import build_catalog
 from treg.catalog.managed import ManagedResource
 from treg.infra import migrate
 from treg.infra.schema import metadata
+from treg.testing import assert_up_down_up, table_of
+from treg.testing.vendors.resources import hooky_provider
 from treg_plugins.injectors import HeaderInjector
 
 INJECTORS = {"header": HeaderInjector()}
@@ -92,14 +92,11 @@ def test_a_kind_nothing_creates_is_refused():
 TABLES = {"provider_resources"}
 
 
-def test_schema_matches_migration(dsn, monkeypatch):
-    monkeypatch.setattr("test_money_migration.MONEY_TABLES", TABLES)
-    from test_money_migration import _table_of
-
+def test_schema_matches_migration(dsn):
     with migrate.engine_for(dsn).connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
         assert TABLES <= set(inspect(conn).get_table_names())
-    assert [d for d in diffs if _table_of(d) in TABLES] == []
+    assert [d for d in diffs if table_of(d, TABLES) in TABLES] == []
 
 
 def test_0008_up_down_up(pg_base):

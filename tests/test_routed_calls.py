@@ -327,7 +327,7 @@ async def test_the_call_surface_and_a_replayed_failure_is_not_stored(routed):
 
 
 async def test_mcp_lists_and_calls_the_routed_endpoint(routed):
-    from mcp_helpers import Mcp
+    from treg.testing import Mcp
 
     gw, v = routed
     v.status["alpha"] = 500
@@ -349,8 +349,7 @@ async def test_a_cancelled_routed_call_releases_every_open_hold(routed):
     import asyncio
 
     from treg.call import service
-    from treg.call.types import CallInput
-    from treg.ids import new_id
+    from treg.testing import call_input
 
     gw, v = routed
     v.status["alpha"] = 500
@@ -361,9 +360,7 @@ async def test_a_cancelled_routed_call_releases_every_open_hold(routed):
         await asyncio.wait_for(done.wait(), 30)
 
     v.on_answer["beta"] = stall
-    inp = CallInput(call_id=new_id("call"), surface="catalog", method="GET", rest="treg.people.find",
-                    raw_query="q=ada", headers=(), token=gw.org["token"], org_hint=None, body=None,
-                    content_length=None)
+    inp = call_input("treg.people.find", surface="catalog", raw_query="q=ada", token=gw.org["token"])
     task = asyncio.create_task(service.execute(gw.services, inp))
     await asyncio.wait_for(beta_asked.wait(), 10)
     assert sorted(h["state"] for h in (await holds_of(gw)).values()) == ["held", "held"]

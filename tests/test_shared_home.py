@@ -11,9 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ops_helpers import Served, http, run_treg, treg_env
-
 from treg.infra import embedded_pg
+from treg.testing import Served, http, run_treg, treg_env
 
 
 def _postgres_running(home: Path) -> bool:

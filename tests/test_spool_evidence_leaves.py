@@ -5,11 +5,9 @@ import json
 
 import pytest
 
-from vendor_helpers import media_provider, vendor_gateway
-
 from treg import hookimpl
 from treg.call import metered
-from treg.testing import http_response, raw_upstream
+from treg.testing import http_response, media_provider, raw_upstream, vendor_gateway
 
 TOKENS = 777
 

@@ -7,9 +7,6 @@ TREG_SSRF_ALLOW, so 127.0.0.2 stands for "an internal address": a server there m
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -21,40 +18,7 @@ from treg.errors import GatewayFailed
 from treg.infra.dns import SsrfRefused, VettingResolver
 from treg.infra.ssrf import SsrfPolicy
 from treg.keys import SERVICES
-from treg.testing import FakeDns, RawUpstream, make_settings
-
-ALLOW_ONE = ("127.0.0.1/32",)
-
-
-@dataclass
-class BoundUpstream(RawUpstream):
-    """RawUpstream on a chosen loopback address (and port)."""
-
-    host: str = "127.0.0.1"
-    want_port: int = 0
-
-    async def start(self) -> "BoundUpstream":
-        self._server = await asyncio.start_server(self._handle, self.host, self.want_port)
-        return self
-
-
-@contextlib.asynccontextmanager
-async def upstream_pair() -> AsyncIterator[tuple[BoundUpstream, BoundUpstream]]:
-    """Servers on 127.0.0.1:P and 127.0.0.2:P (one port, so one URL could reach either)."""
-    for _ in range(20):  # the port 127.0.0.2 got may be taken on 127.0.0.1: try another, bounded
-        inside = await BoundUpstream(host="127.0.0.2").start()
-        try:
-            allowed = await BoundUpstream(host="127.0.0.1", want_port=inside.port).start()
-        except OSError:
-            await inside.close()
-            continue
-        try:
-            yield allowed, inside
-        finally:
-            await allowed.close()
-            await inside.close()
-        return
-    raise RuntimeError("no port free on both 127.0.0.1 and 127.0.0.2")
+from treg.testing import ALLOW_ONE, FakeDns, make_settings, upstream_pair
 
 
 @pytest.fixture

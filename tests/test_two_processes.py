@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import psycopg2
-from ops_helpers import Served, assert_clean_exits, run_treg, stop_all, treg_env
 from sqlalchemy import text, update
-from test_money_helpers import check_books, open_services
 
 from treg import money, tenancy, testing
 from treg.infra.schema import holds
 from treg.money import reaper
+from treg.testing import (PROPAGATION_S, Api, assert_clean_exits, check_books, open_services, run_treg,
+                          serve_pair, stop_all, treg_env, within)
 
-PROPAGATION_S = 2.0
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 
 PLUGIN = """
@@ -31,34 +29,6 @@ from treg.testing import example_provider
 def treg_register_providers():
     return [example_provider({url!r} + "/v1")]
 """
-
-
-async def within(deadline_s: float, probe: Callable[[], Awaitable[bool]]) -> float:
-    """Seconds until ``probe()`` holds, asserting it does within ``deadline_s`` (polled every 50 ms)."""
-    t0 = time.monotonic()
-    while True:
-        if await probe():
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > deadline_s:
-            raise AssertionError(f"not honoured within {deadline_s}s")
-        await asyncio.sleep(0.05)
-
-
-class Api:
-    """JSON over one aiohttp session against one of the processes."""
-
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
-        self.session, self.base = session, base
-
-    async def req(self, method: str, path: str, token: str, expect: int | None = None, *,
-                  headers: dict[str, str] | None = None, **kw: Any) -> tuple[int, Any, Any]:
-        async with self.session.request(method, self.base + path, headers={"X-Treg-Token": token, **(headers or {})},
-                                        **kw) as r:
-            raw = await r.read()
-            body = json.loads(raw) if r.content_type == "application/json" and raw else raw
-            if expect is not None:
-                assert r.status == expect, (method, path, r.status, body)
-            return r.status, body, r.headers
 
 
 def _sql(dsn: str, query: str, *args: Any) -> list[tuple]:
@@ -104,8 +74,7 @@ async def test_two_processes_on_one_database(dsn, settings, tmp_path):
             granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", slug, "--micro", str(micro))
             assert granted.returncode == 0, granted.stderr
         # both start at once: both run the reaper at startup, over the same expired holds
-        a, b = await asyncio.gather(asyncio.to_thread(Served, env, tmp_path / "a.log"),
-                                    asyncio.to_thread(Served, env, tmp_path / "b.log"))
+        a, b = await serve_pair(env, tmp_path)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
                 A, B = Api(session, a.base), Api(session, b.base)

@@ -13,13 +13,12 @@ from urllib.parse import urlencode
 import pytest
 from aiohttp import web
 
-from ops_helpers import Served, treg_env
 
 from treg import tenancy, ui_sessions
 from treg.infra import crypto
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import browser as chromium_browser, raw_exchange, raw_request_bytes
+from treg.testing import Served, browser as chromium_browser, raw_exchange, raw_request_bytes, treg_env
 
 FORM_TOKEN = re.compile(r'name="form_token" value="([^"]*)"')
 

@@ -10,9 +10,8 @@ from aiohttp import web
 from sqlalchemy import insert, text
 
 from treg.infra.schema import calls
+from treg.testing import login
 from treg.web.dashboard import pages
-
-from ui_helpers import login
 
 
 def post_routes() -> list[str]:
@@ -212,9 +211,9 @@ async def test_a_tool_is_edited_and_deleted_through_the_same_validation(gateway)
 
 
 async def test_capacity_page_lists_the_platform_locks_to_managers_only(gateway):
-    from test_capacity_surface import _lock
+    from treg.testing.vendors.capacity import strike_lock
 
-    await _lock(gateway.services, "quota", "acme", "acme.items-get")
+    await strike_lock(gateway.services, "quota", "acme", "acme.items-get")
     await login(gateway.client, gateway.org["token"])
     body = await (await gateway.client.get("/ui/capacity")).text()
     assert "acme.items-get" in body and "quota" in body

@@ -9,9 +9,7 @@ from sqlalchemy import select, text
 
 from treg import tenancy
 from treg.infra.schema import ui_sessions
-from treg.testing import http_response
-
-from ui_helpers import CSRF, login, own_origin, post_login, session_cookie
+from treg.testing import CSRF, http_response, login, own_origin, post_login, session_cookie
 
 
 async def test_login_sets_a_strict_httponly_cookie_bound_to_a_hashed_row(gateway):

@@ -8,14 +8,11 @@ import re
 
 import pytest
 
-from treg.testing import browser as chromium_browser, http_response
-
-from ui_helpers import login
+from treg.testing import browser as chromium_browser, http_response, login
 
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
 needs_chromium = pytest.mark.skipif(chromium_browser.skip_reason() is not None,
                                     reason=str(chromium_browser.skip_reason()))
-
 
 @pytest.fixture
 async def page(gateway):
@@ -31,7 +28,6 @@ async def page(gateway):
         yield p
         await ctx.close()
 
-
 async def _send(page, *, path: str, method: str = "GET", body: str | None = None) -> None:
     await page.goto("/ui/try")
     await page.get_by_label("Tool").select_option("up")
@@ -41,7 +37,6 @@ async def _send(page, *, path: str, method: str = "GET", body: str | None = None
         await page.get_by_label("Body").fill(body)
     await page.get_by_role("button", name="Send").click()
     await page.wait_for_load_state()
-
 
 @needs_chromium
 async def test_a_relayed_redirect_shows_its_status_location_headers_and_call(gateway, up, page):
@@ -76,7 +71,6 @@ async def test_a_relayed_redirect_shows_its_status_location_headers_and_call(gat
     assert up.last.method == "POST" and up.last.body == b'{"a": 1}'
     assert up.last.header("Content-Type") == "application/json"
 
-
 @needs_chromium
 async def test_an_answer_is_shown_as_text_never_run_and_binary_is_named(gateway, up, tool, page):
     up.responder = lambda ex: http_response(200, b"<script>alert('upstream')</script><b>x</b>",
@@ -93,7 +87,6 @@ async def test_an_answer_is_shown_as_text_never_run_and_binary_is_named(gateway,
     await _send(page, path="/denied")
     await pw.expect(page.locator("#try-status")).to_contain_text("(refused by treg)")
     await pw.expect(page.locator("#try-answer")).to_contain_text('"blame"')
-
 
 async def test_try_it_over_plain_http_needs_the_csrf_token_and_shows_the_answer(gateway, up, tool):
     up.responder = lambda ex: http_response(301, b"", reason="Moved Permanently",

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from treg.call import service
+from treg.call.drain import Sink, drain
 from treg.call.resolve import org_tools, usable
 from treg.call.service import CallOutcome
 from treg.catalog import search as catalog_search
@@ -38,38 +39,38 @@ INSTRUCTIONS = (
 _SEARCH_MAX = 50
 
 
+class _Bounded(Sink):
+    """The first ``limit`` bytes of an answer's body, and one more to know it was longer."""
+
+    __slots__ = ("limit", "parts", "size", "truncated")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+
+    async def whole(self, data: bytes) -> None:
+        self.truncated = len(data) > self.limit
+        self.parts = [data[:self.limit + 1]]
+
+    async def chunk(self, data: bytes) -> bool:
+        self.parts.append(data)
+        self.size += len(data)
+        self.truncated = self.size > self.limit  # then the rest is not read: the connection is dropped
+        return self.truncated
+
+
 async def read_answer(outcome: CallOutcome, limit: int) -> tuple[results.Answer | None, TregError | None]:
-    """The first ``limit`` bytes of the answer's body (one more, to know it was longer), then the outcome
-    closed and finished exactly once. An upstream breaking mid-answer comes back as its TregError."""
-    parts: list[bytes] = []
-    size = 0
-    truncated = False
-    error: BaseException | None = None
-    try:
-        if outcome.whole is not None:
-            data = outcome.whole
-            truncated = len(data) > limit
-            parts, size = [data[:limit + 1]], len(data)
-        else:
-            async for chunk in outcome.body:
-                parts.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    truncated = True  # the rest is not read: the upstream connection is dropped by close()
-                    break
-    except TregError as exc:
-        error = exc
-    except BaseException as exc:  # cancellation (the MCP client hung up): recorded as such, then re-raised
-        error = exc
-        raise
-    finally:
-        outcome.close()
-        outcome.finish(size, error)
+    """The first ``limit`` bytes of the answer's body, drained as the HTTP edge drains it (the outcome
+    closed and finished exactly once). An upstream breaking mid-answer comes back as its TregError."""
+    sink = _Bounded(limit)
+    size, error = await drain(outcome, sink)
     if isinstance(error, TregError):
         return None, error
-    known = outcome.content_length if outcome.content_length is not None else (None if truncated else size)
+    known = outcome.content_length if outcome.content_length is not None else (None if sink.truncated else size)
     return results.Answer(status=outcome.status, reason=outcome.reason, headers=outcome.headers,
-                          data=b"".join(parts), truncated=truncated, size=known), None
+                          data=b"".join(sink.parts), truncated=sink.truncated, size=known), None
 
 
 class PipelineBackend:

@@ -23,6 +23,7 @@ from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
 from treg.http_grammar import TOKEN
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
+from treg.tenancy import Credential, Identity
 
 CATALOG_SEARCH = "catalog_search"
 CATALOG_CALL = "catalog_call"
@@ -37,9 +38,27 @@ _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _SCALAR = {"type": ["string", "number", "integer", "boolean"]}
 
 
+class Authenticated(Credential):
+    """The caller the MCP endpoint authenticated for this request, as the credential its calls run with:
+    the pipeline's identify asks it rather than looking the token up a second time (one authentication per
+    request; the org hint is still checked against it). Empty text, like every Credential, so no token
+    cache can match it."""
+
+    ident: Identity
+
+    def __new__(cls, ident: Identity) -> "Authenticated":
+        self = super().__new__(cls)
+        self.ident = ident
+        return self
+
+    async def identity(self, svc: Any) -> Identity:
+        return self.ident
+
+
 @dataclass(frozen=True)
 class CallerContext:
-    """What the MCP request itself says about the caller (the pipeline re-authenticates from it)."""
+    """What the MCP request itself says about the caller; ``token``, the credential its calls run with,
+    is the identity the endpoint authenticated (:class:`Authenticated`)."""
 
     token: str
     org_hint: str | None

@@ -97,11 +97,24 @@ def drop_template(base: str) -> None:
 @contextlib.contextmanager
 def fresh_database(base: str) -> Iterator[str]:
     """A private database cloned from the template (each test isolated), dropped afterwards."""
+    with _private_database(base, f' TEMPLATE "{template_db()}"') as dsn:
+        yield dsn
+
+
+@contextlib.contextmanager
+def empty_database(base: str) -> Iterator[str]:
+    """A database with nothing in it (a migration test upgrades it itself), dropped afterwards."""
+    with _private_database(base, "") as dsn:
+        yield dsn
+
+
+@contextlib.contextmanager
+def _private_database(base: str, create_options: str) -> Iterator[str]:
     name = f"treg_t_{os.getpid()}_{pysecrets.token_hex(6)}"  # the pid lets a later session drop orphans
     conn = _admin(base)
     try:
         with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db()}"')
+            cur.execute(f'CREATE DATABASE "{name}"{create_options}')
         yield dsn_for(base, name)
     finally:
         with conn.cursor() as cur:

@@ -1,11 +1,18 @@
-"""A treg under test, with its first org."""
+"""A treg under test, with its first org (``Gateway``); a new org of a running treg, with credits
+(``open_org``); one set up for catalog vendors (``vendor_gateway``); a call's audit row once it is
+written (``audit_row``); a member added through the API by any client (``add_member``)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from typing import Any, AsyncIterator, Mapping
 
+from treg import money, tenancy
+from treg.keys import SERVICES
+from treg.settings import SecretStr
 from treg.testing.client import RawReply, raw_exchange, raw_request_bytes
+from treg.testing.providers import ProviderPlugin
 
 
 class Gateway:
@@ -19,8 +26,6 @@ class Gateway:
 
     @property
     def services(self) -> Any:
-        from treg.keys import SERVICES
-
         return self.client.app[SERVICES]
 
     async def api(self, method: str, path: str, *, as_: dict[str, str] | None = None, expect: int | None = None,
@@ -72,3 +77,55 @@ class Gateway:
                 return calls
             await asyncio.sleep(0.02)
         raise AssertionError(f"expected {n} audit rows, got {len(calls)}")
+
+
+async def audit_row(gw: Gateway, call_id: str, *, bound: float = 10.0) -> dict[str, Any]:
+    """The audit row of ``call_id`` through the API once it is written (the writer batches: polled, at
+    most ``bound`` s)."""
+    for _ in range(int(bound / 0.02)):
+        r = await gw.call("GET", f"/api/v1/calls/{call_id}")
+        if r.status == 200:
+            return await r.json()
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no audit row for {call_id}")
+
+
+async def open_org(client: Any, slug: str, email: str, *, credits: int = 0, actor: str = "test") -> Gateway:
+    """A new org ``slug`` (owner ``email``) of the treg ``client`` talks to, granted ``credits``."""
+    org = await tenancy.create_org(client.app[SERVICES], slug=slug, email=email)
+    gw = Gateway(client, org)
+    if credits:
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=credits, actor=actor)
+    return gw
+
+
+@contextlib.asynccontextmanager
+async def vendor_gateway(aiohttp_client: Any, make_app: Any, providers: list[dict[str, Any]], *,
+                         platform: Mapping[str, str], plugins: tuple[Any, ...] = (), slug: str = "v",
+                         email: str | None = None, credits: int = 1_000_000,
+                         **settings: Any) -> AsyncIterator[Gateway]:
+    """A gateway serving ``providers`` (platform keys ``platform``, env name → value) beside ``plugins``,
+    relaying to 127.0.0.0/8, with org ``slug`` (owner ``email``, ``<slug>@<slug>.test`` unless given)
+    holding ``credits``; closed on exit."""
+    app = make_app(extra_plugins=(ProviderPlugin(providers), *plugins), ssrf_allow=("127.0.0.0/8",),
+                   platform={name: SecretStr(value) for name, value in platform.items()}, **settings)
+    client = await aiohttp_client(app)
+    try:
+        yield await open_org(client, slug, email or f"{slug}@{slug}.test", credits=credits, actor="t")
+    finally:
+        await client.close()
+
+
+async def add_member(client: Any, headers: dict[str, str], email: str, role: str = "member",
+                     project_ids: Any = "absent") -> dict[str, Any]:
+    """``POST /api/v1/members`` as ``headers`` (``project_ids`` left out of the body unless given); the new
+    member with ``headers`` that authenticate as it."""
+    body: dict[str, Any] = {"email": email, "role": role}
+    if project_ids != "absent":
+        body["project_ids"] = project_ids
+    resp = await client.post("/api/v1/members", json=body, headers=headers)
+    assert resp.status == 201, (resp.status, await resp.text())
+    assert "X-Treg-Error" not in resp.headers
+    out = await resp.json()
+    out["headers"] = {"X-Treg-Token": out["token"]}
+    return out

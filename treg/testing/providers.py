@@ -1,4 +1,5 @@
-"""Catalog providers for tests: an example provider dict and a plugin declaring providers."""
+"""Catalog providers for tests: provider dicts (``example_provider``, ``media_provider``) and a plugin
+declaring providers (``ProviderPlugin``)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,12 @@ class ProviderPlugin:
     @hookimpl
     def treg_register_providers(self) -> list[dict[str, Any]]:
         return self.rows
+
+
+def media_provider(base_url: str) -> dict[str, Any]:
+    """``gem.generate``: a usage-priced answer (2 micro a token), spooled, keyed by ``X-Goog-Api-Key``."""
+    return {"id": "gem", "base_url": base_url, "auth": [{"location": "header", "name": "X-Goog-Api-Key"}],
+            "endpoints": [{"id": "gem.generate", "method": "POST", "path": "/generate", "params": [],
+                           "price": {"usage": [{"path": "usageMetadata.totalTokenCount", "micro_per_unit": 2}],
+                                     "estimate_micro": 50_000},
+                           "spooled_response": True}]}

@@ -1,4 +1,5 @@
-"""A raw-socket upstream that records exactly the bytes it receives."""
+"""Raw-socket upstreams that record exactly the bytes they receive (``RawUpstream``), and a pair of them on
+one port of 127.0.0.1 and 127.0.0.2 (``upstream_pair``) for the SSRF guard's tests."""
 
 from __future__ import annotations
 
@@ -154,3 +155,39 @@ async def raw_upstream(responder: Responder | None = None, *, ssl: Any = None) -
         yield up
     finally:
         await up.close()
+
+
+#: ``TREG_SSRF_ALLOW`` exempting 127.0.0.1 alone: with :func:`upstream_pair`, 127.0.0.2 stands for an
+#: internal address a call must never reach
+ALLOW_ONE = ("127.0.0.1/32",)
+
+
+@dataclass
+class BoundUpstream(RawUpstream):
+    """RawUpstream on a chosen loopback address (and port)."""
+
+    host: str = "127.0.0.1"
+    want_port: int = 0
+
+    async def start(self) -> "BoundUpstream":
+        self._server = await asyncio.start_server(self._handle, self.host, self.want_port)
+        return self
+
+
+@contextlib.asynccontextmanager
+async def upstream_pair() -> AsyncIterator[tuple[BoundUpstream, BoundUpstream]]:
+    """Servers on 127.0.0.1:P and 127.0.0.2:P (one port, so one URL could reach either)."""
+    for _ in range(20):  # the port 127.0.0.2 got may be taken on 127.0.0.1: try another, bounded
+        inside = await BoundUpstream(host="127.0.0.2").start()
+        try:
+            allowed = await BoundUpstream(host="127.0.0.1", want_port=inside.port).start()
+        except OSError:
+            await inside.close()
+            continue
+        try:
+            yield allowed, inside
+        finally:
+            await allowed.close()
+            await inside.close()
+        return
+    raise RuntimeError("no port free on both 127.0.0.1 and 127.0.0.2")

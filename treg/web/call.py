@@ -12,6 +12,7 @@ from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from treg.call import evidence, service
+from treg.call.drain import Sink, drain
 from treg.call.intake import decode_body as _decode_body, read_headers  # _decode_body: looked up here per load
 from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
@@ -29,14 +30,21 @@ _PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "redirect": "/redire
 COALESCE_MAX = 64 * 1024
 
 
-class RelayResponse(web.StreamResponse):
+class RelayResponse(web.StreamResponse, Sink):
     """A StreamResponse that sends the upstream's headers as they were: it keeps an upstream
     Content-Length on a bodyless answer (204/304, which aiohttp would drop) and adds no Content-Type
-    or Server header the upstream did not send (a header that is not UTF-8: :class:`RawHeadResponse`)."""
+    or Server header the upstream did not send (a header that is not UTF-8: :class:`RawHeadResponse`). It is
+    also the :class:`~treg.call.drain.Sink` the answer's body is drained into: the caller's socket, as the
+    body arrives."""
 
-    def __init__(self, outcome: service.CallOutcome) -> None:
+    #: the upstream broke mid-answer (a TregError), or the caller went away mid-answer (a failed write: an
+    #: ordinary event, recorded as cancelled; re-raised it became an "unexpected error" and a 500)
+    ends = (TregError, ConnectionError)
+
+    def __init__(self, outcome: service.CallOutcome, request: web.Request) -> None:
         super().__init__(status=outcome.status, reason=outcome.reason or None)
         self._outcome = outcome
+        self._caller = request
         if outcome.content_length is not None and outcome.content_length <= COALESCE_MAX:
             # a small fixed-length answer: its headers leave with its first body bytes, one write (and
             # one packet) instead of two (docs/performance.md); a streamed answer's go out at once
@@ -52,6 +60,21 @@ class RelayResponse(web.StreamResponse):
             h.popall(hdrs.CONTENT_TYPE, None)
         if not o.has_server:
             h.popall(hdrs.SERVER, None)
+
+    # the sink's steps are aiohttp's own calls where they can be (no frame in between on the hot path):
+    # a body in hand leaves with the head in one write; ``write`` answers None, so a chunk never says "enough"
+    whole = web.StreamResponse.write_eof
+    chunk = web.StreamResponse.write  # type: ignore[assignment]
+    end = web.StreamResponse.write_eof
+
+    async def start(self) -> None:
+        await self.prepare(self._caller)
+
+    def broken(self, exc: BaseException) -> None:
+        # the headers are gone, so never relabel it as a new error response; cut the connection so the
+        # caller sees a truncated answer, not a complete one (aiohttp must not finish it as if it were whole)
+        if self._caller.transport is not None:
+            self._caller.transport.close()
 
 
 class RawHeadResponse(RelayResponse):
@@ -207,42 +230,10 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     inp = await intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
-    resp = RelayResponse(outcome) if outcome.raw_headers is None else RawHeadResponse(outcome)
+    resp = RelayResponse(outcome, request) if outcome.raw_headers is None else RawHeadResponse(outcome, request)
     resp.headers.extend(outcome.headers)
     resp.headers["X-Treg-Call-Id"] = call_id
-    sent = 0
-    error: BaseException | None = None
-    try:
-        await resp.prepare(request)
-        if outcome.whole is not None:
-            # already in hand: headers and body leave in one write
-            await resp.write_eof(outcome.whole)
-            sent = len(outcome.whole)
-        else:
-            async for chunk in outcome.body:
-                await resp.write(chunk)
-                sent += len(chunk)
-            await resp.write_eof()
-    except TregError as exc:
-        # the upstream broke mid-answer: the headers are gone, so never relabel it as a new error
-        # response; cut the connection so the caller sees a truncated answer, not a complete one
-        error = exc
-        if request.transport is not None:
-            request.transport.close()
-    except ConnectionError as exc:
-        # the caller went away mid-answer (a failed write): an ordinary event, recorded as cancelled;
-        # re-raised it became an "unexpected error" and a 500. The transport is cut all the same:
-        # aiohttp must not finish the answer as if it were whole
-        error = exc
-        if request.transport is not None:
-            request.transport.close()
-    except BaseException as exc:  # cancellation (the caller hung up: handler cancellation is on)
-        error = exc
-        raise
-    finally:
-        outcome.close()
-        # finish() is synchronous (it queues the audit row), so even a cancelled handler completes it
-        outcome.finish(sent, error)
+    await drain(outcome, resp)
     return resp
 
 

@@ -4,7 +4,8 @@
 The edge does what only HTTP knows: the Origin check (DNS rebinding), the caller's identity (401 with
 ``WWW-Authenticate: Bearer``), 405 on GET/DELETE (no SSE stream, no session to end), the body read
 (bounded), and CORS for the origins ``TREG_MCP_ALLOWED_ORIGINS`` lists. The protocol is
-:mod:`treg.mcp.protocol`; tool calls run through the same pipeline as ``/call/`` (:mod:`treg.mcp.backend`).
+:mod:`treg.mcp.protocol`; tool calls run through the same pipeline as ``/call/`` (:mod:`treg.mcp.backend`),
+as the caller identified here: a request is authenticated once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from treg.errors import BodyTooLarge, Forbidden, TregError, Unauthorized
 from treg.keys import SERVICES
 from treg.mcp.backend import PipelineBackend
 from treg.mcp.protocol import INVALID_REQUEST, Endpoint, Reply, ServerInfo
-from treg.mcp.tools import CallerContext
+from treg.mcp.tools import Authenticated, CallerContext
 from treg.origin import normalized_origin, own_origins
 from treg.settings import Settings
 from treg.web.errors import error_response, render_failure
@@ -118,7 +119,8 @@ async def serve(request: web.Request, *, catalog_only: bool) -> web.StreamRespon
         return _rpc_refusal(415, TregError("send the JSON-RPC message as Content-Type: application/json",
                                            code="unsupported_media_type", status=415, blame="caller"))
     body = await read_body(request, settings.json_body_max_bytes)
-    ctx = CallerContext(token=_token(request) or "", org_hint=request.headers.get("X-Treg-Org"),
+    # the calls of this request run as the caller identified above: it is not looked up again
+    ctx = CallerContext(token=Authenticated(ident), org_hint=request.headers.get("X-Treg-Org"),
                         tag=request.headers.get("X-Treg-Tag"), user_agent=request.headers.get("User-Agent"))
     backend = PipelineBackend(svc, ident, ctx, catalog_only=catalog_only)
     reply = await Endpoint(backend, SERVER).handle(body, tuple(request.headers.items()))

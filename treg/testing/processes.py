@@ -1,11 +1,13 @@
-"""Real ``treg`` processes for the operability tests: the CLI run to completion, ``treg serve`` kept
-running until stopped by PID. Everything bounded; all traffic on 127.0.0.1."""
+"""Real ``treg`` processes for the operability tests: the CLI run to completion (``run_treg``,
+``run_cli``), ``treg serve`` kept running until stopped by PID (``Served``, two at once: ``serve_pair``),
+JSON over HTTP to them (``http``, ``Api``) and a bounded wait for two of them to agree (``within``).
+Everything bounded; all traffic on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import secrets as pysecrets
 import signal
 import socket
 import subprocess
@@ -14,13 +16,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Awaitable, Callable
 
-import contextlib
+import aiohttp
 
-import psycopg2
-
-from treg import testing
+#: operability.md: a change made through one process is honoured by every other within 2 s
+PROPAGATION_S = 2.0
 
 
 def free_port() -> int:
@@ -36,6 +37,16 @@ def treg_env(home: Path, dsn: str | None = None, **extra: str) -> dict[str, str]
         env["TREG_DATABASE_URL"] = dsn
     env.update(extra)
     return env
+
+
+def run_cli(home: Path, dsn: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``treg <args>`` run to completion with ``TREG_HOME=home`` (and ``TREG_DATABASE_URL=dsn``), no other
+    ``TREG_`` variable of this process's environment, ``env`` added; at treg's own log level."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
+    e.update(TREG_HOME=str(home), **env)
+    if dsn is not None:
+        e["TREG_DATABASE_URL"] = dsn  # a libpq keyword DSN works as well as a postgresql:// URL
+    return subprocess.run([sys.executable, "-m", "treg", *args], env=e, capture_output=True, text=True, timeout=120)
 
 
 def run_treg(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -117,27 +128,24 @@ class Served:
             self._fh.close()
 
 
-@contextlib.contextmanager
-def empty_database(base: str) -> Iterator[str]:
-    """A database with nothing in it (named as the test session's, so an orphan is dropped later)."""
-    name = f"treg_t_{os.getpid()}_{pysecrets.token_hex(6)}"
-    conn = psycopg2.connect(base)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        yield testing.dsn_for(base, name)
-    finally:
-        with conn.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.close()
+async def serve_pair(env: dict[str, str], folder: Path) -> tuple[Served, Served]:
+    """Two ``treg serve`` processes of ``env`` started at once (logging to ``a.log`` and ``b.log`` in
+    ``folder``); when one never comes up, the other is killed before the failure is raised."""
+    started = await asyncio.gather(asyncio.to_thread(Served, env, folder / "a.log"),
+                                   asyncio.to_thread(Served, env, folder / "b.log"), return_exceptions=True)
+    failed = [s for s in started if isinstance(s, BaseException)]
+    if failed:
+        for s in started:
+            if isinstance(s, Served):
+                s.kill()
+        raise failed[0]
+    a, b = started
+    return a, b  # type: ignore[return-value]
 
 
 async def stop_all(*served: "Served") -> list[int]:
     """SIGTERM every served treg at once (each ``stop`` waits for its exit), then make sure none is left;
     the exit codes, in order. Call it in ``finally`` and check with :func:`assert_clean_exits` after."""
-    import asyncio
-
     codes = await asyncio.gather(*(asyncio.to_thread(s.stop) for s in served))
     for s in served:
         s.kill()
@@ -149,3 +157,31 @@ def assert_clean_exits(codes: list[int], *served: "Served") -> None:
     assert codes == [0] * len(served), [s.log.read_text() for s in served]
     for s in served:
         assert "Traceback" not in s.log.read_text()
+
+
+async def within(deadline_s: float, probe: Callable[[], Awaitable[bool]]) -> float:
+    """Seconds until ``probe()`` holds, asserting it does within ``deadline_s`` (polled every 50 ms)."""
+    t0 = time.monotonic()
+    while True:
+        if await probe():
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > deadline_s:
+            raise AssertionError(f"not honoured within {deadline_s}s")
+        await asyncio.sleep(0.05)
+
+
+class Api:
+    """JSON over one aiohttp session against one of the processes."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session, self.base = session, base
+
+    async def req(self, method: str, path: str, token: str, expect: int | None = None, *,
+                  headers: dict[str, str] | None = None, **kw: Any) -> tuple[int, Any, Any]:
+        async with self.session.request(method, self.base + path, headers={"X-Treg-Token": token, **(headers or {})},
+                                        **kw) as r:
+            raw = await r.read()
+            body = json.loads(raw) if r.content_type == "application/json" and raw else raw
+            if expect is not None:
+                assert r.status == expect, (method, path, r.status, body)
+            return r.status, body, r.headers

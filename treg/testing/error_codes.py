@@ -1,5 +1,5 @@
 """Find every error ``code`` treg's source can produce, by reading the source (``ast``), for
-tests/test_errors_doc.py.
+tests/test_errors_doc.py (docs/errors.md lists every code, and nothing else).
 
 A code is found as:
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-ROOT = Path(__file__).resolve().parent.parent
+#: the tree treg is imported from (a checkout: ``treg/``, ``plugins/``, ``docs/``); paths are relative to it
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

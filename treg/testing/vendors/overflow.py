@@ -1,6 +1,6 @@
 """A treg with overflow routes, over real sockets: a fake vendor, a fake Orthogonal and a fake Monid on
 127.0.0.1 speaking the contract's envelopes, pointed at by ``TREG_OVERFLOW_URL_<NAME>``
-(tests/test_overflow_calls.py)."""
+(tests/test_overflow_*.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from aiohttp import web
 from treg import hookimpl, money, tenancy
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import Gateway
+from treg.testing.events import Events
+from treg.testing.gateway import Gateway
 
 ORTH_KEY = "sk-orth-very-secret-1"
 MONID_KEY = "sk-monid-very-secret-2"
@@ -67,16 +68,6 @@ class AcmePlugin:
     @hookimpl
     def treg_register_capacity_signatures(self):
         return SIGNATURES
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[Any] = []
-
-    @hookimpl
-    def treg_event(self, event):
-        if event.name == "tool_called":
-            self.seen.append(dict(event.props))
 
 
 @dataclass

@@ -1,6 +1,8 @@
-"""Import each given module first, in a process of its own: the harness of test_circular_imports.py.
+"""Import each given module first, in a process of its own: the harness of tests/test_circular_imports.py.
 
-Run as ``python -I tests/import_each.py`` with a JSON request on stdin:
+Run as a script, ``python -I <this file>``, never as ``-m treg.testing.import_each`` (that would import
+treg first), with a JSON request on stdin (``-I``: its own folder is not on ``sys.path``, so this package's
+``dns`` or ``settings`` cannot stand in for another's):
 
 * ``{"mode": "deps", "modules": [...]}`` imports them all and prints (JSON) every other module that
   got loaded: the dependencies, none of them ``ours``;

@@ -1,4 +1,5 @@
-"""Helpers for the MCP tests: JSON-RPC messages of both protocol revisions, sent over real sockets."""
+"""The MCP surface driven by hand: JSON-RPC messages of both protocol revisions (``MODERN``, ``LEGACY``) and
+``Mcp``, a bare client over a :class:`~treg.testing.Gateway` with every header and byte visible."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Helpers (no tests here) for tests/test_async_jobs.py: a fake async-job vendor on 127.0.0.1 and the
-third-party plugin file declaring it (loaded through TREG_PLUGINS_DIR, no core edit).
+"""A fake async-job vendor on 127.0.0.1 and the third-party plugin file declaring it (loaded through
+TREG_PLUGINS_DIR, no core edit), for the async jobs' tests (tests/test_async_jobs.py).
 
 The vendor ("vidgen", one shared account): ``POST /v1/videos``, ``/v1/render`` and ``/v1/thumbs`` start a job and
 answer ``{"data": {"task_id": "t<n>"}}`` (``{"reject": true}`` in the body: a 200 with no task id);
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treg.testing import Exchange, http_response
+from treg.testing.upstreams import Exchange, http_response
 
 PLUGIN = '''"""A third-party provider plugin: an async video vendor (loaded from TREG_PLUGINS_DIR)."""
 from treg import hookimpl

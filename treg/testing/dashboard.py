@@ -1,5 +1,7 @@
-"""Helpers of the dashboard's tests: log in over HTTP as a browser would (the login form's token, its
-pre-login cookie and treg's own Origin), read a page's CSRF token."""
+"""The dashboard (/ui/) over HTTP, as a browser uses it: ``login`` (the login form's token, its pre-login
+cookie and treg's own Origin; the session cookie kept in the client's jar, its CSRF token returned),
+``post_login`` for a login test's own form, ``session_cookie`` and ``CSRF``, the pattern of a page's
+CSRF field."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A fake vendor with durable objects (webhooks) on 127.0.0.1, and the provider plugin declaring its
-managed_resource endpoints, for tests/test_resources*.py."""
+managed_resource endpoints, for the owned resources' tests (tests/test_resources*.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from treg.infra.schema import holds
-from treg.testing import http_response
-from treg.testing.upstreams import Exchange
+from treg.testing.upstreams import Exchange, http_response
 
 PLATFORM_KEY = "hooky-platform-key-1"
 TEAM_KEY = "hooky-team-key-2"
@@ -117,9 +113,3 @@ class FakeVendor:
         if path == "/v1/status":
             return self._json(200, {"ok": True})
         return self._json(400, {"error": f"unexpected {method} {target}"}, "Bad Request")
-
-
-async def org_holds(svc: Any, org_id: str) -> list[dict[str, Any]]:
-    async with svc.db.tx() as tx:
-        return await tx.fetch_all(select(holds.c.id, holds.c.state, holds.c.amount_micro, holds.c.settled_micro)
-                                  .where(holds.c.org_id == org_id).order_by(holds.c.created_at))

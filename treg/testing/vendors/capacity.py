@@ -1,6 +1,7 @@
 """A fake vendor for the capacity tests: a third-party-style provider plugin FILE (loaded through
 ``TREG_PLUGINS_DIR``, no core edit) declaring providers and capacity signature rows, and a scripted
-raw-socket upstream on 127.0.0.1 standing in for the vendor."""
+raw-socket upstream on 127.0.0.1 standing in for the vendor; a platform lock as the breaker writes it
+(``strike_lock``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from treg.testing import Exchange, http_response
+from treg.capacity.breaker import BreakerStore
+from treg.testing.clock import T0, Clock
+from treg.testing.upstreams import Exchange, http_response
 
 #: the plugin file's text after its first line (``URL = "<upstream>"``); nothing here is treg's core
 PLUGIN_BODY = '''
@@ -99,3 +102,13 @@ class Vendor:
                 del self.script[i]
                 return out
         return ok()
+
+
+async def strike_lock(svc: Any, kind: str, provider: str, endpoint: str) -> Any:
+    """The lock two ``kind`` strikes 20 s apart put on ``provider``'s key, written by the breaker itself and
+    dated in 2100 (far future: still on whenever the test, the CLI or a page reads it)."""
+    clock = Clock(T0.replace(year=2100))
+    store = BreakerStore(svc.db, svc.settings, clock=clock)
+    await store.strike(kind, provider, endpoint)
+    clock.advance(20)
+    return (await store.strike(kind, provider, endpoint)).lock

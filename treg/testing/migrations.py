@@ -1,4 +1,4 @@
-"""Test helpers for migrations: a migration's tables against treg/infra/schema.py, and a revision
+"""Migrations under test: a migration's tables against treg/infra/schema.py, and a revision
 upgraded, downgraded and upgraded again on a database of its own."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Collection, Mapping
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from ops_helpers import empty_database
 from sqlalchemy import inspect
 
 from treg.infra import migrate
 from treg.infra.schema import metadata
+from treg.testing.databases import empty_database
 
 
 def table_of(diff: object, tables: Collection[str]) -> str | None:

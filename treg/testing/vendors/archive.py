@@ -1,5 +1,5 @@
 """A fake people-search vendor, its provider rows and a third-party-style classifier plugin file, for the
-archive's tests (tests/test_archive*.py) and the benchmark's archive case."""
+archive's tests (tests/test_archive*.py); ``people_app``, a treg serving them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from treg import hookimpl
-from treg.testing import http_response
+from treg.testing.providers import ProviderPlugin
+from treg.testing.upstreams import RawUpstream, http_response
 
 PLATFORM_KEY = "pk-people-0123456789abcdef"
 PRICE = 2000
@@ -73,6 +73,13 @@ def people_provider(base_url: str, ttl_s: int = 3600) -> dict[str, Any]:
     }
 
 
+def people_app(make_app: Any, up: RawUpstream, plugins_dir: Path, *plugins: Any, **settings: Any) -> Any:
+    """A treg app (from the ``make_app`` fixture) serving the ``people`` provider on ``up``, with the
+    classifier plugin file written to ``plugins_dir`` and ``plugins`` beside it, relaying to 127.0.0.0/8."""
+    return make_app(extra_plugins=(ProviderPlugin([people_provider(up.url + "/v1")]), *plugins),
+                    plugins_dir=write_classifier_plugin(plugins_dir), ssrf_allow=("127.0.0.0/8",), **settings)
+
+
 class PeopleVendor:
     """The vendor's answers by ``q``: emails found (a counter ``n`` in the body, so a refreshed answer
     differs), ``nobody`` an explicit empty list, ``weird`` no emails field (unknown), ``text`` not JSON,
@@ -113,15 +120,3 @@ class PeopleVendor:
             return http_response(503, b'{"error": "down"}', json_ct)
         body = json.dumps({"data": {"emails": [f"{q}@example.com"]}, "n": self.n, "body": ex.body.decode()}).encode()
         return http_response(200, body, json_ct + [("X-Vendor", "people")])
-
-
-class Events:
-    """A plugin object keeping every ``tool_called`` event's props."""
-
-    def __init__(self) -> None:
-        self.tool_called: list[dict[str, Any]] = []
-
-    @hookimpl
-    def treg_event(self, event: Any) -> None:
-        if event.name == "tool_called":
-            self.tool_called.append(dict(event.props))

@@ -1,4 +1,6 @@
-"""Helpers (no tests here) shared by the money and idempotency tests: domain Services on a real database."""
+"""The money books checked from outside: every stored total recomputed from the holds and grants
+(``check_books``), every effective close of a hold counted (``count_hold_closes``), an org's holds
+(``org_holds``)."""
 
 from __future__ import annotations
 
@@ -6,16 +8,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from treg import money
 from treg.context import Services
-from treg.factory import build_services
-from treg.infra.db import Database
 from treg.infra.schema import credit_grants, holds, money_daily, org_balances, tag_budgets
-from treg.settings import Settings
-
-
-async def open_services(dsn: str, settings: Settings, *, maxsize: int = 10) -> Services:
-    db = await Database(dsn, minsize=1, maxsize=maxsize, timeout=30.0).open()
-    return build_services(settings, db)
 
 
 async def check_books(svc: Services, org_id: str) -> dict[str, Any]:
@@ -45,3 +40,32 @@ async def check_books(svc: Services, org_id: str) -> dict[str, Any]:
         assert t["held_micro"] == sum(r["amount_micro"] for r in mine if r["state"] == "held"), t
     return {"granted": granted, "settled": settled, "open": len(open_), "holds": rows,
             "balance": account["granted_micro"] - account["settled_micro"]}
+
+
+def count_hold_closes(monkeypatch: Any) -> list[tuple[str, str]]:
+    """Every effective close of a hold (a settle or release that changed it), as (kind, call id)."""
+    seen: list[tuple[str, str]] = []
+    settle, release = money.settle, money.release
+
+    async def counted_settle(svc: Any, call_id: str, observed: Any) -> bool:
+        ok = await settle(svc, call_id, observed)
+        if ok:
+            seen.append(("settle", call_id))
+        return ok
+
+    async def counted_release(svc: Any, call_id: str) -> bool:
+        ok = await release(svc, call_id)
+        if ok:
+            seen.append(("release", call_id))
+        return ok
+
+    monkeypatch.setattr(money, "settle", counted_settle)
+    monkeypatch.setattr(money, "release", counted_release)
+    return seen
+
+
+async def org_holds(svc: Any, org_id: str) -> list[dict[str, Any]]:
+    """The org's holds (id, state, amount, settled), oldest first."""
+    async with svc.db.tx() as tx:
+        return await tx.fetch_all(select(holds.c.id, holds.c.state, holds.c.amount_micro, holds.c.settled_micro)
+                                  .where(holds.c.org_id == org_id).order_by(holds.c.created_at))

@@ -1,0 +1,10 @@
+"""Fake vendors over real sockets on 127.0.0.1, each with the provider rows (or third-party plugin file)
+declaring it, one module per feature under test. Import them by module: their constants share names
+(``PLATFORM_KEY``, ``write_plugin``, ``Vendor``) on purpose, one set per vendor.
+
+* ``archive``    — a people-search vendor and a result-classifier plugin file (the archive);
+* ``async_jobs`` — ``vidgen``, an async video vendor: submit, poll, fetch with ranges (async jobs);
+* ``capacity``   — ``vend``, a scripted vendor with capacity signature rows; ``strike_lock`` (capacity);
+* ``overflow``   — a vendor with overflow routes, a fake Orthogonal and a fake Monid (overflow);
+* ``resources``  — ``hooky``, a vendor of durable webhooks (owned resources).
+"""
