@@ -206,6 +206,18 @@ class Database:
             # so a second cancellation here cannot interrupt it
             await asyncio.shield(self._pool.release(conn))
 
+    async def run(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """One statement of SQL text in its own implicit transaction (the connection is in autocommit):
+        one round trip, no ``BEGIN``/``COMMIT`` around it, no compilation. For the statements of the hot
+        money path, whose text is fixed at import (``treg/money/statements.py``). Rows as tuples."""
+        async with self.connection() as conn:
+            async with conn.cursor() as cur:
+                try:
+                    await cur.execute(sql, params)
+                except psycopg2.Error as exc:
+                    raise _map_error(exc, sql) from exc
+                return await cur.fetchall() if cur.description is not None else []
+
     @contextlib.asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
         async with self.connection() as conn:
