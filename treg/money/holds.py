@@ -35,7 +35,7 @@ from sqlalchemy import select
 from treg.context import Services
 from treg.errors import Conflict, IntegrityError, NotFound, TregError
 from treg.ids import new_id
-from treg.infra.db import Tx
+from treg.infra.db import Database, Tx
 from treg.infra.schema import holds
 from treg.money.ledger import check_amount
 from treg.money.limits import check_tag, hold_refusal
@@ -135,11 +135,16 @@ def _closed(rows: Iterable[Sequence[Any]]) -> list[Closed]:
     return [Closed(*row) for row in rows]
 
 
-async def close(svc: Services, closes: Sequence[Close]) -> list[Closed]:
+async def close_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
     """Close holds in one statement (one round trip); what comes back is what this call closed."""
     if not closes:
         return []
-    return _closed(await svc.db.run(CLOSE_SQL, _close_params(closes)))
+    return _closed(await db.run(CLOSE_SQL, _close_params(closes)))
+
+
+async def close(svc: Services, closes: Sequence[Close]) -> list[Closed]:
+    """:func:`close_on` the services' database."""
+    return await close_on(svc.db, closes)
 
 
 async def close_in(tx: Tx, closes: Sequence[Close]) -> list[Closed]:

@@ -135,6 +135,7 @@ async def _today_usage(tx: Tx, org_id: str, day: datetime.date) -> tuple[int, in
 
 async def balance(svc: Services, org_id: str) -> Balance:
     """The org's balance, held amount, availability and today's spend (creating the account if new)."""
+    await svc.settler.drain()  # this process's answered calls' closes written first (treg/money/settler.py)
     async with svc.db.tx() as tx:
         row = await lock_account(tx, svc, org_id, lock=False)
         spent, held_today = await _today_usage(tx, org_id, row["today"])

@@ -123,6 +123,7 @@ async def set_member_cap(svc: Services, ident: Identity, member_id: str, cap: in
 
 async def member_today(svc: Services, org_id: str, member_id: str) -> dict[str, Any]:
     """A member's cap and spend of the current UTC day."""
+    await svc.settler.drain()
     async with svc.db.tx() as tx:
         cap = await tx.scalar(select(member_caps.c.daily_cap_micro).where(and_(
             member_caps.c.member_id == member_id, member_caps.c.org_id == org_id)))
@@ -135,6 +136,7 @@ async def member_today(svc: Services, org_id: str, member_id: str) -> dict[str, 
 
 async def get_limits(svc: Services, ident: Identity) -> dict[str, Any]:
     require_manager(ident)
+    await svc.settler.drain()
     async with svc.db.tx() as tx:
         account = await lock_account(tx, svc, ident.org_id, lock=False)
         day: datetime.date = account["today"]

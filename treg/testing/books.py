@@ -15,6 +15,7 @@ from treg.infra.schema import credit_grants, holds, money_daily, org_balances, t
 
 async def check_books(svc: Services, org_id: str) -> dict[str, Any]:
     """Recompute every aggregate from the holds and grants and compare with the stored totals."""
+    await svc.settler.drain()  # the closes this process queued (treg/money/settler.py) written first
     async with svc.db.tx() as tx:
         account = await tx.fetch_one(select(org_balances).where(org_balances.c.org_id == org_id))
         granted = await tx.scalar(select(func.coalesce(func.sum(credit_grants.c.amount_micro), 0))
