@@ -8,13 +8,13 @@ statement only, never across a round trip to Python (docs/money.md, "One stateme
 close").
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0012
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0015'
-down_revision = '0011'
+down_revision = '0012'
 branch_labels = None
 depends_on = None
 
