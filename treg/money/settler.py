@@ -66,7 +66,7 @@ class Settler:
 
     def __init__(self, db: Database, *, retry_for_s: float = RETRY_FOR_S) -> None:
         self._db = db
-        self._retry_for_s = retry_for_s
+        self.retry_for_s = retry_for_s
         self._queue: list[Close] = []
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -109,7 +109,7 @@ class Settler:
                 return
 
     async def _write(self, batch: list[Close]) -> None:
-        deadline = time.monotonic() + self._retry_for_s
+        deadline = time.monotonic() + self.retry_for_s
         attempt = 0
         while True:
             try:

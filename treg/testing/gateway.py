@@ -54,8 +54,13 @@ class Gateway:
         return out
 
     async def call(self, method: str, path: str, *, as_: dict[str, str] | None = None, **kw: Any) -> Any:
+        """The call's answer (its body unread), once the hold close it queued is written: treg closes holds
+        off the answer's path (treg/money/settler.py), and a test reading the database right after an
+        answer waits for that close as treg's own read routes do."""
         headers = {**(as_ or self.owner), **kw.pop("headers", {})}
-        return await self.client.request(method, path, headers=headers, **kw)
+        resp = await self.client.request(method, path, headers=headers, **kw)
+        await self.services.settler.drain()
+        return resp
 
     async def raw(self, method: str, target: str, headers: list[tuple[str, str]] | None = None,
                   body: bytes | None = None, *, chunks: list[bytes] | None = None, auth: bool = True) -> "RawReply":
