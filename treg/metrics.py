@@ -192,6 +192,9 @@ class Metrics(Collector):
             buckets.append(("+Inf", cumulative[-1]))
             upstream.add_metric((label,), buckets, total)
         yield upstream
+        yield CounterMetricFamily("treg_db_round_trips", "Statements this process sent to the database (one "
+                                  "round trip each; a transaction's BEGIN and COMMIT count)",
+                                  value=self._db.round_trips if self._db is not None else 0)
         pool = GaugeMetricFamily("treg_db_pool_connections", "Database pool connections, by state",
                                  labels=("state",))
         in_use, idle = self._db.pool_use() if self._db is not None else (0, 0)

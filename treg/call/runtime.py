@@ -25,7 +25,7 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     writer = AuditWriter(svc)
     writer.start()
     svc.audit = writer
-    settler = Settler(svc.db)  # holds closed off the answers' path (treg/money/settler.py)
+    settler = Settler(svc.db, hold_ttl_s=svc.settings.hold_ttl_s)  # holds closed off the answers' path (treg/money/settler.py)
     settler.start()
     svc.settler = settler
 

@@ -110,11 +110,13 @@ def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
 class Tx:
     """One transaction on one connection. Methods accept Core statements or SQL text."""
 
-    def __init__(self, cur: aiopg.Cursor) -> None:
+    def __init__(self, cur: aiopg.Cursor, db: "Database") -> None:
         self._cur = cur
+        self._db = db
 
     async def execute(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> int:
         c = compile_statement(stmt, params)
+        self._db.round_trips += 1
         try:
             await self._cur.execute(c.sql, c.params)
         except psycopg2.Error as exc:
@@ -154,6 +156,9 @@ class Database:
         self.peak_in_use = 0
         #: the tasks holding a connection right now (tests check none of them waits on an upstream)
         self.holders: set[asyncio.Task[Any]] = set()
+        #: statements sent (each one round trip: ``BEGIN`` and ``COMMIT`` of a ``tx()`` count too), for
+        #: ``treg_db_round_trips_total``, the tests and the benchmark
+        self.round_trips = 0
 
     @property
     def dsn(self) -> str:
@@ -212,6 +217,7 @@ class Database:
         money path, whose text is fixed at import (``treg/money/statements.py``). Rows as tuples."""
         async with self.connection() as conn:
             async with conn.cursor() as cur:
+                self.round_trips += 1
                 try:
                     await cur.execute(sql, params)
                 except psycopg2.Error as exc:
@@ -222,9 +228,10 @@ class Database:
     async def tx(self) -> AsyncIterator[Tx]:
         async with self.connection() as conn:
             async with conn.cursor() as cur:
+                self.round_trips += 2  # BEGIN, and COMMIT or ROLLBACK
                 await cur.execute("BEGIN")
                 try:
-                    yield Tx(cur)
+                    yield Tx(cur, self)
                 except BaseException:
                     with contextlib.suppress(psycopg2.Error):
                         await cur.execute("ROLLBACK")

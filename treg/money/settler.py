@@ -10,8 +10,8 @@ Why this stays exact:
 
 * every close is the conditional one of ``treg_close_holds`` (``WHERE state = 'held'``), so the
   settler, the reaper and any other closer close a hold exactly once, whoever comes first;
-* a hold that could expire before the queue reaches it (less than ``INLINE_MARGIN_S`` of its lease
-  left) is closed inline instead, so the reaper never releases a hold the caller was told was charged
+* a hold that could expire before the queue reaches it (less than ``INLINE_MARGIN_S``, or a tenth of
+  ``TREG_HOLD_TTL_S``, of its lease left) is closed inline instead, so the reaper never releases a hold the caller was told was charged
   while treg is running;
 * a failed statement (the database restarting, a statement timeout) is retried with the same closes,
   for about ``RETRY_FOR_S``; what still cannot be written stays open and the reaper releases it after
@@ -37,7 +37,7 @@ from treg.money.holds import Close, Hold
 
 log = logging.getLogger(__name__)
 
-#: a hold with less lease left than this is closed inline, not queued
+#: a hold with less lease left than this (or than a tenth of the lease) is closed inline, not queued
 INLINE_MARGIN_S = 60.0
 #: the most closes one statement carries
 BATCH_MAX = 256
@@ -64,8 +64,9 @@ class InlineSettler:
 class Settler:
     """Holds closed in the background, in batches of one statement each (see the module doc)."""
 
-    def __init__(self, db: Database, *, retry_for_s: float = RETRY_FOR_S) -> None:
+    def __init__(self, db: Database, *, hold_ttl_s: float, retry_for_s: float = RETRY_FOR_S) -> None:
         self._db = db
+        self._margin_s = min(INLINE_MARGIN_S, hold_ttl_s / 10)
         self.retry_for_s = retry_for_s
         self._queue: list[Close] = []
         self._wake = asyncio.Event()
@@ -84,7 +85,7 @@ class Settler:
     async def close(self, hold: Hold, close: Close) -> bool:
         """Queue the close (True: it will be written; the charge is ``hold.charge_for``), or close at once
         when the hold's lease is nearly over or the settler stopped (the answer of that close)."""
-        if self._stopping or self._task is None or hold.expires_at.timestamp() - time.time() < INLINE_MARGIN_S:
+        if self._stopping or self._task is None or hold.expires_at.timestamp() - time.time() < self._margin_s:
             return bool(await holds.close_on(self._db, [close]))
         self._queue.append(close)
         self._idle.clear()
