@@ -95,6 +95,20 @@ def compile_statement(stmt: ClauseElement | str, params: Mapping[str, Any] | Non
     return STATEMENTS.compile(stmt, params)
 
 
+def _statement_canceled(exc: asyncio.CancelledError) -> DatabaseError:
+    """aiopg answers a statement the server canceled (``statement_timeout``, ``pg_cancel_backend``:
+    SQLSTATE 57014) with a bare ``CancelledError``; in a task nobody is cancelling, that is a database
+    failure, not a cancellation (it once killed a background loop as if it had been stopped)."""
+    log.warning("database statement canceled by the server (statement timeout or cancel)")
+    return DatabaseError("the database canceled the statement (statement timeout)", code="database_error")
+
+
+def _cancelling() -> bool:
+    """Whether the current task is really being cancelled (else a CancelledError is aiopg's 57014)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
     code = exc.pgcode or ""
     if code.startswith("23"):  # integrity_constraint_violation class
@@ -121,6 +135,10 @@ class Tx:
             await self._cur.execute(c.sql, c.params)
         except psycopg2.Error as exc:
             raise _map_error(exc, c.sql) from exc
+        except asyncio.CancelledError as exc:
+            if _cancelling():
+                raise
+            raise _statement_canceled(exc) from exc
         return self._cur.rowcount
 
     async def fetch_all(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -222,6 +240,10 @@ class Database:
                     await cur.execute(sql, params)
                 except psycopg2.Error as exc:
                     raise _map_error(exc, sql) from exc
+                except asyncio.CancelledError as exc:
+                    if _cancelling():
+                        raise
+                    raise _statement_canceled(exc) from exc
                 return await cur.fetchall() if cur.description is not None else []
 
     @contextlib.asynccontextmanager
