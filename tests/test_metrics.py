@@ -145,6 +145,7 @@ class _DownDatabase:
     """A database that refuses every transaction (the server went away), its pool still countable."""
 
     round_trips = 7
+    round_trips_of = {"money": 2}
 
     def tx(self):
         from treg.errors import DatabaseError

@@ -175,8 +175,10 @@ class Database:
         #: the tasks holding a connection right now (tests check none of them waits on an upstream)
         self.holders: set[asyncio.Task[Any]] = set()
         #: statements sent (each one round trip: ``BEGIN`` and ``COMMIT`` of a ``tx()`` count too), for
-        #: ``treg_db_round_trips_total``, the tests and the benchmark
+        #: ``treg_db_round_trips_total``, the tests and the benchmark; and those of :meth:`run` by its
+        #: ``path`` (the money path's holds and closes: ``money``)
         self.round_trips = 0
+        self.round_trips_of: dict[str, int] = {}
 
     @property
     def dsn(self) -> str:
@@ -229,13 +231,15 @@ class Database:
             # so a second cancellation here cannot interrupt it
             await asyncio.shield(self._pool.release(conn))
 
-    async def run(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    async def run(self, sql: str, params: Mapping[str, Any], *, path: str = "other") -> list[tuple[Any, ...]]:
         """One statement of SQL text in its own implicit transaction (the connection is in autocommit):
-        one round trip, no ``BEGIN``/``COMMIT`` around it, no compilation. For the statements of the hot
-        money path, whose text is fixed at import (``treg/money/statements.py``). Rows as tuples."""
+        one round trip, no ``BEGIN``/``COMMIT`` around it, no compilation. For the hot statements whose
+        text is fixed at import (the money path's in ``treg/money/holds.py``, the audit writer's batch).
+        ``path`` names what the round trip was for in ``round_trips_of``. Rows as tuples."""
         async with self.connection() as conn:
             async with conn.cursor() as cur:
                 self.round_trips += 1
+                self.round_trips_of[path] = self.round_trips_of.get(path, 0) + 1
                 try:
                     await cur.execute(sql, params)
                 except psycopg2.Error as exc:

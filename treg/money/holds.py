@@ -108,7 +108,7 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
               "ttl": float(svc.settings.hold_ttl_s), "trial": trial, "trial_id": new_id("crd") if trial else None,
               "extra_cap": extra_cap_micro, "credit_org": credit_org_id}
     try:
-        (refused, needed, available, limit, expires_at, day), = await svc.db.run(PLACE_SQL, params)
+        (refused, needed, available, limit, expires_at, day), = await svc.db.run(PLACE_SQL, params, path="money")
     except IntegrityError as exc:
         if exc.constraint == "pk_holds":
             raise Conflict(f"call {call_id} already has a hold", code="hold_exists") from exc
@@ -139,7 +139,7 @@ async def close_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
     """Close holds in one statement (one round trip); what comes back is what this call closed."""
     if not closes:
         return []
-    return _closed(await db.run(CLOSE_SQL, _close_params(closes)))
+    return _closed(await db.run(CLOSE_SQL, _close_params(closes), path="money"))
 
 
 async def close(svc: Services, closes: Sequence[Close]) -> list[Closed]:
