@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import secrets as pysecrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -133,7 +134,7 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
             if opts.py_spy:
                 # sample treg's own process while it serves (profiling aid; py-spy from PyPI)
                 spy = await asyncio.create_subprocess_exec(
-                    "py-spy", "record", "--pid", str(treg.pid), "--rate", "200", "--format", "raw",
+                    shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(treg.pid), "--rate", "200", "--format", "raw",
                     "--nonblocking", "-o", opts.py_spy, stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.DEVNULL)
                 servers.append(Server("py-spy", spy, 0))

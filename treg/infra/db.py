@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
 from treg.errors import DatabaseError, DbPoolExhausted, IntegrityError
+from treg.infra.statement_lines import Lines
 from treg.memo import BoundedMemo
 
 log = logging.getLogger(__name__)
@@ -165,14 +166,18 @@ class Tx:
 class Database:
     """A pool of aiopg connections and the ``tx()`` context that borrows one briefly."""
 
-    def __init__(self, dsn: str, *, minsize: int = 1, maxsize: int = 10, timeout: float = 10.0) -> None:
+    def __init__(self, dsn: str, *, minsize: int = 1, maxsize: int = 10, timeout: float = 10.0,
+                 statement_connections: int = 4) -> None:
         self._dsn = dsn
         self._minsize, self._maxsize, self._timeout = minsize, maxsize, timeout
         self._pool: aiopg.Pool | None = None
-        #: connections checked out right now (tests watch it at the network boundary)
+        #: the connections of :meth:`run`, beside the pool (treg/infra/statement_lines.py)
+        self._lines = Lines(dsn, size=statement_connections, timeout=timeout)
+        #: the pool's connections checked out right now (tests watch it at the network boundary)
         self.in_use = 0
         self.peak_in_use = 0
-        #: the tasks holding a connection right now (tests check none of them waits on an upstream)
+        #: the tasks holding a connection (the pool's or a line) right now (tests check none of them waits
+        #: on an upstream)
         self.holders: set[asyncio.Task[Any]] = set()
         #: statements sent (each one round trip: ``BEGIN`` and ``COMMIT`` of a ``tx()`` count too), for
         #: ``treg_db_round_trips_total``, the tests and the benchmark; and those of :meth:`run` by its
@@ -194,6 +199,7 @@ class Database:
         return self
 
     async def close(self) -> None:
+        self._lines.close()
         if self._pool is not None:
             self._pool.close()
             await self._pool.wait_closed()
@@ -232,23 +238,23 @@ class Database:
             await asyncio.shield(self._pool.release(conn))
 
     async def run(self, sql: str, params: Mapping[str, Any], *, path: str = "other") -> list[tuple[Any, ...]]:
-        """One statement of SQL text in its own implicit transaction (the connection is in autocommit):
-        one round trip, no ``BEGIN``/``COMMIT`` around it, no compilation. For the hot statements whose
-        text is fixed at import (the money path's in ``treg/money/holds.py``, the audit writer's batch).
-        ``path`` names what the round trip was for in ``round_trips_of``. Rows as tuples."""
-        async with self.connection() as conn:
-            async with conn.cursor() as cur:
-                self.round_trips += 1
-                self.round_trips_of[path] = self.round_trips_of.get(path, 0) + 1
-                try:
-                    await cur.execute(sql, params)
-                except psycopg2.Error as exc:
-                    raise _map_error(exc, sql) from exc
-                except asyncio.CancelledError as exc:
-                    if _cancelling():
-                        raise
-                    raise _statement_canceled(exc) from exc
-                return await cur.fetchall() if cur.description is not None else []
+        """One statement of SQL text in its own implicit transaction (autocommit): one round trip, no
+        ``BEGIN``/``COMMIT`` around it, no compilation, on a connection of its own beside the pool
+        (treg/infra/statement_lines.py: a speed trick). For the hot statements whose text is fixed at
+        import (the money path's in ``treg/money/holds.py``, the audit writer's batch). ``path`` names
+        what the round trip was for in ``round_trips_of``. Rows as tuples."""
+        self.round_trips += 1
+        self.round_trips_of[path] = self.round_trips_of.get(path, 0) + 1
+        task = asyncio.current_task()
+        if task is not None:  # a line is a connection held as much as a pooled one (``in_use`` is the pool's)
+            self.holders.add(task)
+        try:
+            return await self._lines.run(sql, params)
+        except psycopg2.Error as exc:
+            raise _map_error(exc, sql) from exc
+        finally:
+            if task is not None:
+                self.holders.discard(task)
 
     @contextlib.asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
