@@ -38,16 +38,22 @@ def _admin(dsn: str, sql: str, *args: object) -> None:
 
 
 async def test_a_broken_line_is_replaced(dsn):
-    """Its backend terminated (as by a database restart): the statement on it fails once as a
-    DatabaseError, the line is dropped, and the next statement runs on a new one."""
+    """Its backend terminated while idle (as by a database restart): the line notices the connection's
+    end (its socket is watched) and is dropped; the next statement runs on a new one. Terminated under
+    a statement: that statement fails as a DatabaseError, and the next runs on a new line."""
     db = await Database(dsn, statement_connections=1).open()
     try:
         pid = (await db.run("SELECT pg_backend_pid()", {}))[0][0]
         await asyncio.to_thread(_admin, dsn, "SELECT pg_terminate_backend(%s)", pid)
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.3)
+        pid2 = (await db.run("SELECT pg_backend_pid()", {}))[0][0]
+        assert pid2 != pid
+        sleeper = asyncio.ensure_future(db.run("SELECT pg_sleep(5)", {}))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(_admin, dsn, "SELECT pg_terminate_backend(%s)", pid2)
         with pytest.raises(DatabaseError):
-            await db.run("SELECT 1", {})
-        assert (await db.run("SELECT pg_backend_pid()", {}))[0][0] != pid
+            await sleeper
+        assert (await db.run("SELECT pg_backend_pid()", {}))[0][0] not in (pid, pid2)
     finally:
         await db.close()
 

@@ -40,12 +40,33 @@ def _wake(fut: "asyncio.Future[None]") -> None:
 
 
 class Line:
-    """One asynchronous psycopg2 connection and its one cursor."""
+    """One asynchronous psycopg2 connection and its one cursor. Its socket stays registered with the
+    event loop for reading as long as the line lives (two ``epoll_ctl`` calls a statement saved); the
+    reader wakes the statement waiting on it, or, idle, reads what the server sent unasked (a notice,
+    the connection's end)."""
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.fd = conn.fileno()
         self.cursor: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _readable(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+            return
+        try:  # idle: whatever arrived is consumed; a connection the server ended is this line's end
+            self.conn.poll()
+        except psycopg2.Error:
+            self.close()
+
+    def _watch(self) -> None:
+        if self._loop is None and not self.conn.closed:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self.fd, self._readable)
 
     async def ready(self) -> None:
         """Drive the connection until its current command completed (psycopg2 raises the command's error
@@ -57,11 +78,18 @@ class Line:
                 return
             fut = loop.create_future()
             if state == ext.POLL_READ:
-                loop.add_reader(self.fd, _wake, fut)
-                try:
-                    await fut
-                finally:
-                    loop.remove_reader(self.fd)
+                if self._loop is None:  # connecting: not watched yet
+                    loop.add_reader(self.fd, _wake, fut)
+                    try:
+                        await fut
+                    finally:
+                        loop.remove_reader(self.fd)
+                else:
+                    self._waiter = fut
+                    try:
+                        await fut
+                    finally:
+                        self._waiter = None
             elif state == ext.POLL_WRITE:
                 loop.add_writer(self.fd, _wake, fut)
                 try:
@@ -81,6 +109,10 @@ class Line:
         return bool(self.conn.closed)
 
     def close(self) -> None:
+        if self._loop is not None:
+            with contextlib.suppress(Exception):  # a closed loop has no reader left to remove
+                self._loop.remove_reader(self.fd)
+            self._loop = None
         with contextlib.suppress(psycopg2.Error):
             self.conn.close()
 
@@ -107,6 +139,7 @@ class Lines:
             line = Line(psycopg2.connect(self._dsn, async_=1))
             await line.ready()
             line.cursor = line.conn.cursor()
+            line._watch()
         except BaseException:
             self._open -= 1
             self._wake_one(None)  # a waiter may try to open the line this one could not
