@@ -55,6 +55,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         the_dsn = dsn or await loop.run_in_executor(None, resolve_dsn, settings)
         await loop.run_in_executor(None, migrate.upgrade, the_dsn)
         db = await Database(the_dsn, minsize=settings.db_pool_min, maxsize=settings.db_pool_max,
+                            statement_connections=settings.db_statement_connections,
                             timeout=settings.db_timeout_s).open()
         state["db"] = db
         yield

@@ -49,7 +49,9 @@ def _kind_filter(kind: str | None) -> Any:
 
 
 async def _flush(svc: Services) -> None:
-    # the writer batches; a reader must see its own calls
+    # the writer batches and the settler closes holds after the answers: a reader must see its own
+    # calls and what they were charged
+    await svc.settler.drain()
     await svc.audit.flush()
 
 

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
     from treg.call.injection import InjectionPlan  # imports this module
     from treg.call.types import CallRecord
+    from treg.money.holds import Close, Hold
 
 
 class AuditSink(Protocol):
@@ -51,6 +52,14 @@ class AuditSink(Protocol):
     def touch_token(self, token_id: str) -> None: ...
 
     async def flush(self) -> None: ...
+
+
+class HoldCloser(Protocol):
+    """Closes money holds (treg.money.settler): at once outside a server, off the answer's path in one."""
+
+    async def close(self, hold: "Hold", close: "Close") -> bool: ...
+
+    async def drain(self) -> None: ...
 
 
 class NullAuditWriter:
@@ -90,6 +99,9 @@ class Services:
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: OrgSecrets
+    #: closes money holds: at once (treg.money.settler.InlineSettler) until the call runtime installs the
+    #: background Settler, which closes them off the answer's path
+    settler: HoldCloser
     #: the breaker's strikes and locks (treg.capacity.breaker), written after platform-tier answers
     breaker: BreakerStore
     #: this process's in-memory copy of the locks (LISTEN/NOTIFY-fed once the call runtime starts it)

@@ -192,6 +192,15 @@ class Metrics(Collector):
             buckets.append(("+Inf", cumulative[-1]))
             upstream.add_metric((label,), buckets, total)
         yield upstream
+        trips = CounterMetricFamily("treg_db_round_trips", "Statements this process sent to the database (one "
+                                    "round trip each; a transaction's BEGIN and COMMIT count), by what they were for",
+                                    labels=("path",))
+        total = self._db.round_trips if self._db is not None else 0
+        by_path = dict(self._db.round_trips_of) if self._db is not None else {}
+        for path in ("money", "audit"):
+            trips.add_metric((path,), by_path.get(path, 0))
+        trips.add_metric(("other",), total - sum(by_path.get(p, 0) for p in ("money", "audit")))
+        yield trips
         pool = GaugeMetricFamily("treg_db_pool_connections", "Database pool connections, by state",
                                  labels=("state",))
         in_use, idle = self._db.pool_use() if self._db is not None else (0, 0)

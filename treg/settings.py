@@ -94,6 +94,9 @@ class Settings:
         "(and audited as cancelled)", "float")
     db_pool_min: int = _setting("TREG_DB_POOL_MIN", 1, "database pool: connections kept open", "int")
     db_pool_max: int = _setting("TREG_DB_POOL_MAX", 10, "database pool: most connections at once", "int")
+    db_statement_connections: int = _setting(
+        "TREG_DB_STATEMENT_CONNECTIONS", 4, "connections of their own, beside the pool, for the one-statement round "
+        "trips of the hot path (a money hold, hold closes, an audit batch); opened when first needed", "int")
     db_timeout_s: float = _setting("TREG_DB_TIMEOUT_S", 10.0, "seconds to wait for a pooled connection", "float")
     upstream_connect_timeout_s: float = _setting(
         "TREG_UPSTREAM_CONNECT_TIMEOUT_S", 10.0, "seconds to connect to an upstream", "float")

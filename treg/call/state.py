@@ -104,13 +104,16 @@ class CallState:
 
     async def close_money(self, svc: Services, *, settle_micro: int | None = None) -> None:
         """Close the call's hold exactly once: settle when ``settle_micro`` is given, else release. Safe
-        to call twice (the second call finds it closed)."""
-        if self.hold is not None and self.hold_state is None:
-            if settle_micro is not None and await money.settle(svc, self.inp.call_id, settle_micro):
-                self.cost_micro = self.hold.charge_for(settle_micro)
+        to call twice (the second call finds it closed). While serving, the close is written off the
+        answer's path (treg.money.settler): the charge is known now, the statement follows."""
+        hold = self.hold
+        if hold is not None and self.hold_state is None:
+            if settle_micro is not None and await svc.settler.close(
+                    hold, money.Close(hold.call_id, money.SETTLED, settle_micro)):
+                self.cost_micro = hold.charge_for(settle_micro)
                 self.hold_state = money.SETTLED
             else:
                 # released now, or already released by the reaper (settle found no open hold): charged 0
-                await money.release(svc, self.inp.call_id)
+                await svc.settler.close(hold, money.Close(hold.call_id, money.RELEASED))
                 self.cost_micro = 0
                 self.hold_state = money.RELEASED

@@ -223,6 +223,8 @@ holds = Table(
     _created(),
     Column("closed_at", DateTime(timezone=True), nullable=True),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    #: the org credited with what the hold is charged (a hub tool's publisher), in the same statement
+    Column("credit_org_id", String(40), ForeignKey("orgs.id", ondelete="SET NULL"), nullable=True),
     CheckConstraint("state IN ('held', 'settled', 'released')", name="state"),
     CheckConstraint("amount_micro > 0 AND settled_micro >= 0 AND settled_micro <= amount_micro", name="amounts"),
     Index("ix_holds_org_id_created_at", "org_id", "created_at"),
