@@ -23,7 +23,6 @@ Outcomes, each recorded in ``oauth_refreshes`` and counted in ``treg_oauth_refre
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime as dt
 import logging
 from typing import Any
@@ -102,7 +101,9 @@ async def refresh_shared(svc: Services, row: dict[str, Any], *, force: bool = Fa
     try:
         return await asyncio.shield(task)  # a caller that leaves does not cancel the others' refresh
     except TregError as exc:
-        mine = copy.copy(exc)
+        mine = type(exc).__new__(type(exc))
+        mine.__dict__.update(exc.__dict__)
+        mine.args = exc.args
         mine.headers, mine.extra = dict(exc.headers), dict(exc.extra)
         raise mine from None
 

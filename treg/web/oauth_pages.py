@@ -36,10 +36,10 @@ def _sockname(request: web.Request) -> Any:
     return request.transport.get_extra_info("sockname") if request.transport is not None else None
 
 
-def _page(request: web.Request, template: str, status: int = 200, *, form_action: str | None = None,
+def _page(request: web.Request, template: str, http_status: int = 200, *, form_action: str | None = None,
           **context: Any) -> web.Response:
     context.update(ident=None, csrf="", nav=(), active="", flash=None, error=None)
-    resp = aiohttp_jinja2.render_template(template, request, context, status=status)
+    resp = aiohttp_jinja2.render_template(template, request, context, status=http_status)
     resp.headers.update(SECURITY_HEADERS)
     if form_action:
         # a form's redirect is checked against form-action too: the button's 302 goes to the provider
