@@ -488,3 +488,129 @@ def test_the_access_log_keeps_neither_a_connect_link_nor_a_callback_code():
 
     assert logged_path("/oauth/connect/Wbjn8h52MdV1qlQySsXQkw2FI6Hj6I9tIeowHGxw4AI") == "/oauth/connect/…"
     assert logged_path("/oauth/callback?code=code-1&state=s") == "/oauth/callback"
+
+
+async def test_rotate_key_moves_the_client_secret_and_the_tokens(gw, fake):
+    from treg import secrets_store
+    from treg.infra import crypto
+    from treg.infra.crypto import SecretBox
+    from treg.tenancy import forget_local
+
+    await register_app(gw)
+    created = await connect(gw)
+    svc = gw.services
+    new_box = SecretBox(crypto.decode_key(crypto.new_key_text()), previous=(svc.box.current,))
+    assert await secrets_store.rotate_key(svc, new_box) == 2  # the app's secret, the connection's tokens
+    assert await secrets_store.rotate_key(svc, new_box) == 0
+    svc.box = SecretBox(new_box.current)  # the old key gone: everything must read under the new one
+    forget_local(svc, gw.org["org_id"])
+    assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 200
+    await gw.api("POST", f"/api/v1/connections/{created['id']}/refresh", expect=200)
+    assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 200
+
+
+async def test_a_lease_left_by_a_dead_process_is_taken_over_once_it_expires(make_app, aiohttp_client, fake):
+    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
+                                           ssrf_allow=("127.0.0.0/8",), oauth_refresh_lease_s=2.0))
+    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    gw = Gateway(client, org)
+    await register_app(gw)
+    created = await connect(gw)
+    async with gw.services.db.tx() as tx:  # a process took the lease and died
+        await tx.execute("UPDATE oauth_connections SET lease_holder = 'dead:1', lease_until = now() + interval '1.5 s'")
+    await expire_now(gw)
+    r = await gw.call("GET", "/catalog/call/oauthy.me")
+    assert r.status == 200 and fake.refreshes() == 1
+    detail = await gw.api("GET", f"/api/v1/connections/{created['id']}", expect=200)
+    assert detail["refreshes"][0]["outcome"] == "ok"
+    await client.close()
+
+
+async def test_a_token_without_expires_in_is_refreshed_only_after_a_401(gw, fake):
+    await register_app(gw)
+    fake.expires_in = None
+    created = await connect(gw)
+    assert (await gw.api("GET", f"/api/v1/connections/{created['id']}", expect=200))["expires_at"] is None
+    for _ in range(3):
+        assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 200
+    assert fake.refreshes() == 0
+    fake.expire_all()
+    assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 401
+    assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 200 and fake.refreshes() == 1
+
+
+async def test_an_answer_without_a_new_refresh_token_keeps_the_old_one(gw, fake):
+    await register_app(gw)
+    fake.rotate = False
+    await connect(gw)
+    first = next(iter(fake.refresh_tokens))
+    for _ in range(2):
+        await expire_now(gw)
+        assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 200
+    assert [f["refresh_token"] for f in fake.token_requests if f["grant_type"] == "refresh_token"] == [first, first]
+
+
+async def test_connect_urls_and_the_redirect_uri_come_from_treg_public_url(make_app, aiohttp_client, fake):
+    from urllib.parse import parse_qs, urlsplit
+
+    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
+                                           ssrf_allow=("127.0.0.0/8",), public_url="https://gw.example.com/treg"))
+    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    gw = Gateway(client, org)
+    await register_app(gw)
+    created = await gw.api("POST", "/api/v1/connections", json={"provider": "oauthy"},
+                           as_={**gw.owner, "Host": "evil.example"}, expect=201)
+    assert created["connect_url"].startswith("https://gw.example.com/treg/oauth/connect/")
+    r = await gw.call("POST", "/api/v1/connections", json={
+        "provider": "oauthy", "redirect_after": f"http://127.0.0.1:{client.port}/ui/"})
+    assert r.status == 400  # the listen address is not treg's own origin once TREG_PUBLIC_URL says otherwise
+    path = urlsplit(created["connect_url"]).path.removeprefix("/treg")  # the proxy strips the prefix
+    page = await (await client.get(path)).text()
+    assert 'action="/treg/oauth/connect/' in page
+    token = page.split('name="consent_token" value="', 1)[1].split('"', 1)[0]
+    r = await client.post(path, data={"consent_token": token}, headers={"Origin": "https://gw.example.com"},
+                          allow_redirects=False)
+    assert r.status == 302
+    asked = parse_qs(urlsplit(r.headers["Location"]).query)
+    assert asked["redirect_uri"] == ["https://gw.example.com/treg/oauth/callback"]
+    cookie = r.headers["Set-Cookie"]
+    assert "treg_oauth_state=" in cookie and "Path=/treg/oauth/" in cookie and "Secure" in cookie
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    r = await gw.call("GET", "/catalog/call/oauthy.me")
+    assert (await r.json())["connect_url"].startswith("https://gw.example.com/treg/oauth/connect/")
+    await client.close()
+
+
+async def test_an_echoed_token_is_masked_in_evidence_in_every_encoding(gw, fake, up):
+    """An upstream that echoes the injected access token back (raw, percent-encoded, base64, hex, JSON
+    escaped) in a failed answer: the evidence keeps none of it; nor the refresh token."""
+    import base64 as b64
+    from urllib.parse import quote
+
+    from treg.testing.upstreams import http_response
+
+    await register_app(gw)
+    created = await connect(gw)
+    refresh_token = next(iter(fake.refresh_tokens))
+
+    def echo(ex):
+        token = ex.header("Authorization").removeprefix("Bearer ")
+        forms = [token, quote(token, safe=""), "".join(f"%{b:02x}" for b in token.encode()),
+                 b64.b64encode(token.encode()).decode(),
+                 b64.urlsafe_b64encode(token.encode()).decode().rstrip("="), token.encode().hex(),
+                 "".join(f"\\u{ord(c):04x}" for c in token), refresh_token]
+        return http_response(400, json.dumps({"echo": forms}).encode(), [("Content-Type", "application/json")])
+
+    up.responder = echo
+    # the upstream is on 127.0.0.1 as the gateway allows; the tool binds the connection
+    await gw.tool("echo", up.url, [{"location": "header", "name": "Authorization", "format": "Bearer {secret}",
+                                    "connection_id": created["id"]}])
+    r = await gw.call("GET", "/call/echo/x")
+    assert r.status == 400
+    row = await audit_row(gw, r.headers["X-Treg-Call-Id"])
+    evidence = json.dumps(row["error_response"]) + json.dumps(row["error_request"])
+    access = next(iter(fake.access))
+    for value in (access, quote(access, safe=""), b64.b64encode(access.encode()).decode(), access.encode().hex(),
+                  refresh_token):
+        assert value not in evidence
+    assert evidence.count("[REDACTED]") >= 8
