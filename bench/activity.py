@@ -28,7 +28,7 @@ import aiohttp
 import psycopg2
 from aiohttp import web
 
-from treg import tenancy, testing
+from treg import authentication, membership, testing
 from treg.app import create_app
 from treg.keys import SERVICES
 
@@ -131,10 +131,10 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         svc = app[SERVICES]
-        org = await tenancy.create_org(svc, slug="bench", email="owner@bench.test")
-        ident = await tenancy.authenticate(svc, org["token"], None)
-        member = await tenancy.add_member(svc, ident, {"email": "dev@bench.test", "role": "member"})
-        other = await tenancy.create_org(svc, slug="other", email="owner@other.test")
+        org = await membership.create_org(svc, slug="bench", email="owner@bench.test")
+        ident = await authentication.authenticate(svc, org["token"], None)
+        member = await membership.add_member(svc, ident, {"email": "dev@bench.test", "role": "member"})
+        other = await membership.create_org(svc, slug="other", email="owner@other.test")
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, lambda: seed(dsn, org=org["org_id"], owner=org["member_id"],

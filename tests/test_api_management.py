@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import add_member
 
@@ -89,7 +89,7 @@ def _token_id_of(listed: dict[str, Any], token: str) -> str | None:
 
 async def test_x_treg_org_names_the_token_org(client, owner):
     svc = client.app[SERVICES]
-    other = await tenancy.create_org(svc, slug="globex", email="owner@globex.test")
+    other = await membership.create_org(svc, slug="globex", email="owner@globex.test")
     for hint in ("acme", owner["org_id"]):
         body = await ok(await client.get("/api/v1/me", headers={**owner["headers"], "X-Treg-Org": hint}))
         assert body["org_id"] == owner["org_id"]
@@ -102,7 +102,7 @@ async def test_x_treg_org_names_the_token_org(client, owner):
 
 async def test_same_user_in_two_orgs_selects_with_token(client, owner):
     svc = client.app[SERVICES]
-    other = await tenancy.create_org(svc, slug="globex", email="owner@globex.test")
+    other = await membership.create_org(svc, slug="globex", email="owner@globex.test")
     # the acme owner joins globex as an admin: one user, two memberships, one token each
     joined = await add_member(client, {"X-Treg-Token": other["token"]}, "owner@acme.test", role="admin")
     me = await ok(await client.get("/api/v1/me", headers={**joined["headers"], "X-Treg-Org": "globex"}))
@@ -332,7 +332,7 @@ async def test_tool_crud(client, owner):
 
 async def test_tools_are_per_org(client, owner):
     svc = client.app[SERVICES]
-    other = await tenancy.create_org(svc, slug="globex", email="owner@globex.test")
+    other = await membership.create_org(svc, slug="globex", email="owner@globex.test")
     oh = {"X-Treg-Token": other["token"]}
     mine = await new_tool(client, owner["headers"], "stripe")
     theirs = await new_tool(client, oh, "stripe")  # the same name in another org is fine
@@ -375,7 +375,7 @@ async def test_secrets_list_without_values_and_delete(client, owner):
     listed = await ok(await client.get("/api/v1/secrets", headers=h))
     assert [s["id"] for s in listed["secrets"]] == [js["id"]]
     # another org cannot see or delete it
-    other = await tenancy.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
+    other = await membership.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
     oh = {"X-Treg-Token": other["token"]}
     assert (await ok(await client.get("/api/v1/secrets", headers=oh)))["secrets"] == []
     await assert_error(await client.delete(f"/api/v1/secrets/{js['id']}", headers=oh), 404)
@@ -415,7 +415,7 @@ async def test_deny_rules_crud(client, owner):
                                          headers=h), 422)
     await assert_error(await client.post("/api/v1/deny-rules", json={"host": "a.example.com", "project_id": "prj_x"},
                                          headers=h), 422)
-    other = await tenancy.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
+    other = await membership.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
     oh = {"X-Treg-Token": other["token"]}
     assert (await ok(await client.get("/api/v1/deny-rules", headers=oh)))["deny_rules"] == []
     await assert_error(await client.delete(f"/api/v1/deny-rules/{bare['id']}", headers=oh), 404)

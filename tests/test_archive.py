@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.infra.schema import archive_entries, holds
 from treg.keys import SERVICES
 from treg.settings import SecretStr
@@ -276,7 +276,7 @@ async def test_rollout_zero_leaves_every_call_on_the_normal_path(aiohttp_client,
                        plugins_dir=write_classifier_plugin(tmp_path / "plugins"), ssrf_allow=("127.0.0.0/8",),
                        platform={"TREG_PLATFORM_KEY_PEOPLE": SecretStr(PLATFORM_KEY)})
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         await money.grant(client.app[SERVICES], org_id=org["org_id"], amount_micro=GRANT, actor="test")
         gw = Gateway(client, org)
         for _ in range(2):

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, ProviderPlugin, http_response, raw_upstream
@@ -52,7 +52,7 @@ async def world(aiohttp_client, make_app, tmp_path):
         svc = client.app[SERVICES]
         gws = []
         for slug in ("acme", "beta"):
-            org = await tenancy.create_org(svc, slug=slug, email=f"o@{slug}.test")
+            org = await membership.create_org(svc, slug=slug, email=f"o@{slug}.test")
             await money.grant(svc, org_id=org["org_id"], amount_micro=GRANT, actor="test")
             gws.append(Gateway(client, org))
         yield gws[0], gws[1], vendor, up

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import Events, Gateway, raw_upstream
 from treg.testing.vendors.archive import PeopleVendor, people_app
@@ -20,7 +20,7 @@ async def team(aiohttp_client, make_app, tmp_path):
     async with raw_upstream(vendor) as up:
         app = people_app(make_app, up, tmp_path / "plugins", events, archive_max_bytes=1000)
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         gw = Gateway(client, org)
         await gw.secret("team-key-4242", name="people key", provider="people")
         yield gw, vendor, up

@@ -10,7 +10,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.infra.schema import async_jobs, holds
 from treg.keys import SERVICES
 from treg.money import reaper
@@ -186,7 +186,7 @@ async def test_a_job_nobody_polls_is_released_by_the_reaper_and_marked(aiohttp_c
                        reaper_interval_s=0)
         client = await aiohttp_client(app)
         svc = client.app[SERVICES]
-        gw = Gateway(client, await tenancy.create_org(svc, slug="org-a", email="a@a.test"))
+        gw = Gateway(client, await membership.create_org(svc, slug="org-a", email="a@a.test"))
         await money.grant(svc, org_id=gw.org["org_id"], amount_micro=100_000, actor="test")
         w = World(gw, gw, vendor, up)
         polled_id, polled = await _submitted(w)

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.keys import SERVICES
 from treg.money import reaper
 from treg.settings import SecretStr
@@ -31,7 +31,7 @@ async def gw(make_app, aiohttp_client, tmp_path):
                        reaper_interval_s=0)
         client = await aiohttp_client(app)
         svc = client.app[SERVICES]
-        g = Gateway(client, await tenancy.create_org(svc, slug="org-a", email="a@a.test"))
+        g = Gateway(client, await membership.create_org(svc, slug="org-a", email="a@a.test"))
         await money.grant(svc, org_id=g.org["org_id"], amount_micro=100_000, actor="test")
         g.vendor = vendor
         yield g

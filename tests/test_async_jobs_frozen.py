@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.infra import migrate
 from treg.infra.schema import async_job_utilities, async_jobs
 from treg.keys import SERVICES
@@ -68,7 +68,7 @@ class Boxes:
         svc = client.app[SERVICES]
         if not self.orgs:
             for slug in ("org-a", "org-b"):
-                self.orgs[slug] = await tenancy.create_org(svc, slug=slug, email=f"o@{slug}.test")
+                self.orgs[slug] = await membership.create_org(svc, slug=slug, email=f"o@{slug}.test")
                 await money.grant(svc, org_id=self.orgs[slug]["org_id"], amount_micro=100_000, actor="test")
         return client, Gateway(client, self.orgs["org-a"]), Gateway(client, self.orgs["org-b"])
 

@@ -16,7 +16,7 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 from aiohttp import web
 
-from treg import logs, tenancy
+from treg import logs, membership
 from treg.app import make_runner
 from treg.keys import SERVICES
 from treg.testing import browser as chromium_browser, http_response, nginx, raw_exchange, raw_request_bytes
@@ -96,7 +96,7 @@ async def behind(make_app, tmp_path):
     proxy = nginx.Nginx(tmp_path / "nginx", f"127.0.0.1:{treg_port}", prefix="/treg", port=port)
     try:
         await asyncio.to_thread(proxy.start)
-        org = await tenancy.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
+        org = await membership.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
         yield Behind(app, treg_port, proxy, org, access)
     finally:
         await asyncio.to_thread(proxy.stop)

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from treg import tenancy
+from treg import membership, org_changes
 from treg.infra.crypto import SecretBox
 from treg.keys import SERVICES
 from treg.testing import Gateway, raw_upstream
@@ -11,7 +11,7 @@ from treg.testing import Gateway, raw_upstream
 async def _two_processes(aiohttp_client, make_app):
     a = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
     b = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(a.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(a.app[SERVICES], slug="acme", email="o@acme.test")
     return Gateway(a, org), Gateway(b, org)
 
 
@@ -134,7 +134,7 @@ async def test_memoized_plaintext_goes_with_its_row(aiohttp_client, make_app):
         foreign = SecretBox(b"F" * 32).encrypt(b"remembered-secret-1", org_id=ga.org["org_id"], secret_id=sid)
         async with ga.services.db.tx() as tx:
             await tx.execute("UPDATE secrets SET blob = %(b)s WHERE id = %(id)s", {"b": foreign, "id": sid})
-            await tenancy.notify(tx, "secrets", ga.org["org_id"])
+            await org_changes.notify(tx, "secrets", ga.org["org_id"])
         await _eventually(b_call, (502, "secret_undecryptable"))
     await ga.client.close()
     await gb.client.close()

@@ -2,7 +2,7 @@
 
 import json
 
-from treg import hookimpl, tenancy
+from treg import hookimpl, membership
 from treg.keys import SERVICES
 from treg.testing import Events, Gateway, raw_upstream
 
@@ -16,7 +16,7 @@ class Broken:
 async def test_tool_called_per_attempt_and_broken_observer_contained(aiohttp_client, make_app, caplog):
     rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(Broken(), rec), ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with raw_upstream() as up:
         port = up.port
@@ -42,7 +42,7 @@ async def test_tool_called_per_attempt_and_broken_observer_contained(aiohttp_cli
 async def test_clean_shutdown_loses_no_audit_rows(aiohttp_client, make_app):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), audit_flush_ms=60_000))
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with raw_upstream() as up:
         await gw.tool("t", up.url)
@@ -75,7 +75,7 @@ def _documented_fields() -> set[str]:
 async def test_the_event_carries_exactly_the_documented_fields(aiohttp_client, make_app):
     rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(rec,), ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with raw_upstream() as up:
         await gw.tool("t", up.url)
@@ -93,7 +93,7 @@ async def test_the_user_agent_and_the_tag_ride_the_event(aiohttp_client, make_ap
     cut to its first 256 characters; the signals of a plain own-tool call are empty."""
     rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(rec,), ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     long_ua = "agent/9 " + "z" * 1000
     async with raw_upstream() as up:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from treg import idempotency, money, tenancy
+from treg import authentication, idempotency, money
 from treg.call import service
 from treg.errors import DatabaseError
 from treg.testing import audit_row, http_response, raw_request_bytes
@@ -30,8 +30,8 @@ async def wait_cached(gw):
     """The owner's identity in treg's cache (so a call needs no database to learn who is calling)."""
     svc, token = gw.services, gw.org["token"]
     for _ in range(int(BOUND / 0.02)):
-        await tenancy.authenticate(svc, token, None)
-        if tenancy.cached_identity(svc, token, None) is not None:
+        await authentication.authenticate(svc, token, None)
+        if authentication.cached_identity(svc, token, None) is not None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("the identity cache never took the owner's identity")

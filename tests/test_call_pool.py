@@ -9,7 +9,7 @@ import asyncio
 
 from aiohttp import web
 
-from treg import tenancy
+from treg import membership
 from treg.infra import upstream as upstream_mod
 from treg.keys import SERVICES
 from treg.testing import Gateway
@@ -41,7 +41,7 @@ async def test_no_connection_held_during_upstream_io(aiohttp_client, aiohttp_ser
 
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), db_pool_max=2, db_pool_min=1))
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     sid = await gw.secret("k-123456")
     await gw.tool("slow", f"http://127.0.0.1:{up.port}", [{"location": "header", "name": "X-K", "secret_id": sid}])
@@ -79,7 +79,7 @@ async def test_no_connection_held_during_the_spacers_wait(aiohttp_client, make_a
             plugins_dir=tmp_path / "plugins", ssrf_allow=("127.0.0.0/8",), db_pool_max=2, db_pool_min=1,
             platform={k: SecretStr(v) for k, v in PLATFORM_KEYS.items()}))
         svc = client.app[SERVICES]
-        org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+        org = await membership.create_org(svc, slug="acme", email="o@acme.test")
         await money.grant(svc, org_id=org["org_id"], amount_micro=100_000, actor="test")
         gw = Gateway(client, org)
 

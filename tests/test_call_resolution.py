@@ -96,11 +96,11 @@ async def test_allowed_member_ids(gateway):
 
 
 async def test_orgs_resolve_independently(gateway):
-    from treg import tenancy
+    from treg import membership
 
     async with raw_upstream() as up:
         await gateway.tool("t", up.url + "/mine")
-        other = await tenancy.create_org(gateway.services, slug="other", email="o@other.test")
+        other = await membership.create_org(gateway.services, slug="other", email="o@other.test")
         r = await gateway.call("GET", "/call/t/x", as_={"X-Treg-Token": other["token"]})
         assert r.status == 404
         r = await gateway.call("GET", f"/call/{up.url}/mine/x", as_={"X-Treg-Token": other["token"]})

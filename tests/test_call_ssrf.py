@@ -1,14 +1,14 @@
 """The call-time SSRF guard through /call/: a refusal is a 502 with X-Treg-Error and nothing is sent,
 also when a kept-alive connection to the host already exists (DNS rebinding)."""
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import ALLOW_ONE, Gateway, upstream_pair
 
 
 async def test_rebinding_is_refused_before_anything_is_sent(aiohttp_client, make_app, fake_dns):
     client = await aiohttp_client(make_app(ssrf_allow=ALLOW_ONE))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with upstream_pair() as (allowed, inside):
         fake_dns.records["api.rebind.test"] = [("127.0.0.1", 0)]  # TTL 0: asked before every send

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.capacity.breaker import BreakerStore
 from treg.capacity.classify import UNRECORDED_LOG
 from treg.infra.schema import holds, idempotency_keys
@@ -66,7 +66,7 @@ async def start(aiohttp_client, make_app, tmp_path):
             settings.update(over)
             client = await aiohttp_client(make_app(extra_plugins=(events,), **settings))
             clients.append(client)
-            org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+            org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
             await money.grant(client.app[SERVICES], org_id=org["org_id"], amount_micro=CREDITS, actor="test")
             return Env(Gateway(client, org), vendor, events)
 
@@ -163,7 +163,7 @@ async def test_own_and_team_tiers_never_consult_the_breaker(start):
     assert (await env.get()).headers.get("X-Treg-Capacity-Probe") == "1"
     assert (await env.get()).status == 503
     # another org with its own vendor key: the lock on treg's account is none of its business
-    team = await tenancy.create_org(env.svc, slug="team", email="t@team.test")
+    team = await membership.create_org(env.svc, slug="team", email="t@team.test")
     gw = Gateway(env.gw.client, team)
     await gw.secret("team-key", provider="vend")
     sent = len(env.vendor.seen)

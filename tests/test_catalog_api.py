@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from treg import cli, tenancy
+from treg import cli, membership
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 
@@ -16,7 +16,7 @@ from treg.settings import SecretStr
 def start(make_app, aiohttp_client):
     async def go(**overrides: Any):
         client = await aiohttp_client(make_app(**overrides))
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
         org["headers"] = {"X-Treg-Token": org["token"]}
         return client, org
     return go

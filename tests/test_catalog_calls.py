@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, ProviderPlugin as Plugin, example_provider as provider, http_response, raw_upstream
@@ -23,7 +23,7 @@ async def cat(aiohttp_client, make_app):
                        platform={"TREG_PLATFORM_KEY_ACME": SecretStr("platform-key-123")},
                        anonymous_providers=("acme",))
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme-org", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme-org", email="o@acme.test")
         gw = Gateway(client, org)
         yield gw, up
         await client.close()
@@ -85,7 +85,7 @@ async def test_no_credential_404_with_alternatives(aiohttp_client, make_app):
     async with raw_upstream() as up:
         client = await aiohttp_client(make_app(extra_plugins=(Plugin([provider(up.url)]),),
                                                ssrf_allow=("127.0.0.0/8",)))
-        org = await tenancy.create_org(client.app[SERVICES], slug="o", email="o@o.test")
+        org = await membership.create_org(client.app[SERVICES], slug="o", email="o@o.test")
         gw = Gateway(client, org)
         r = await gw.call("GET", "/catalog/call/acme.items.get?item_id=1")
         body = await r.json()

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import Gateway, raw_upstream
@@ -31,7 +31,7 @@ async def world(make_app, aiohttp_client, tmp_path):
         app = make_app(plugins_dir=tmp_path / "plugins", ssrf_allow=("127.0.0.0/8",),
                        platform={k: SecretStr(v) for k, v in PLATFORM_KEYS.items()}, capacity_strike_gap_s=GAP)
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         await money.grant(client.app[SERVICES], org_id=org["org_id"], amount_micro=100_000, actor="test")
         yield Gateway(client, org), vendor
         await client.close()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import treg
-from treg import tenancy
+from treg import authentication, membership, org_changes
 from treg.catalog import enforce, ladder
 from treg.catalog.errors import NoCredential
 from treg.infra.db import Tx
@@ -48,9 +48,9 @@ def build(make_app, aiohttp_client):
     async def start(**overrides: Any):
         client = await aiohttp_client(make_app(extra_plugins=(AcmeProviders(),), **overrides))
         svc = client.app[SERVICES]
-        org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
+        org = await membership.create_org(svc, slug="acme", email="owner@acme.test")
         org["headers"] = {"X-Treg-Token": org["token"]}
-        org["ident"] = await tenancy.authenticate(svc, org["token"], None)
+        org["ident"] = await authentication.authenticate(svc, org["token"], None)
         return client, svc, org
     return start
 
@@ -141,7 +141,7 @@ async def test_own_tier_respects_the_tool_acl(build):
     sid = await secret(client, org, "acme-key")
     member = await post(client, org, "/api/v1/members", {"email": "m@acme.test", "role": "member"})
     await tool(client, org, "acme-api", sid, allowed_member_ids=[org["member_id"]])
-    member_ident = await tenancy.authenticate(svc, member["token"], None)
+    member_ident = await authentication.authenticate(svc, member["token"], None)
     assert (await target(svc, org["ident"])).tier == "own"
     t = await target(svc, member_ident)  # the member may not use the tool, but the team's credential is theirs
     assert t.tier == "team" and t.tool_id is None and t.secret_id == sid
@@ -149,7 +149,7 @@ async def test_own_tier_respects_the_tool_acl(build):
 
 async def test_another_orgs_credentials_never_count(build):
     client, svc, org = await build()
-    other = await tenancy.create_org(svc, slug="other", email="o@other.test")
+    other = await membership.create_org(svc, slug="other", email="o@other.test")
     other["headers"] = {"X-Treg-Token": other["token"]}
     sid = await secret(client, other, "theirs")
     await tool(client, other, "acme-api", sid)
@@ -228,7 +228,7 @@ async def test_a_warm_catalog_read_issues_no_credential_query_and_notify_invalid
         await tx.execute("DELETE FROM secrets WHERE id = %(id)s", {"id": sid})
     assert await tier() == "team"
     async with svc.db.tx() as tx:
-        await tenancy.notify(tx, "secrets", org["ident"].org_id)
+        await org_changes.notify(tx, "secrets", org["ident"].org_id)
     for _ in range(100):
         if await tier() is None:
             break

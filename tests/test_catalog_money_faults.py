@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.call import service
 from treg.keys import SERVICES
 from treg.settings import SecretStr
@@ -44,7 +44,7 @@ async def test_money_invariants_under_faults(aiohttp_client, make_app, seed):
                        platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk")}, db_pool_max=10)
         client = await aiohttp_client(app)
         svc = client.app[SERVICES]
-        org = await tenancy.create_org(svc, slug="chaos", email="c@chaos.test")
+        org = await membership.create_org(svc, slug="chaos", email="c@chaos.test")
         gw = Gateway(client, org)
         credits = 300_000  # enough for 150 calls: some calls must meet a 402 too
         await money.grant(svc, org_id=org["org_id"], amount_micro=credits, actor="test")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.call import metered
 from treg.keys import SERVICES
 from treg.settings import SecretStr
@@ -42,7 +42,7 @@ async def gem(aiohttp_client, make_app):
         app = make_app(extra_plugins=(ProviderPlugin([media_provider(up.url)]),), ssrf_allow=("127.0.0.0/8",),
                        platform={"TREG_PLATFORM_KEY_GEM": SecretStr("gem-platform")})
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="g", email="g@g.test")
+        org = await membership.create_org(client.app[SERVICES], slug="g", email="g@g.test")
         gw = Gateway(client, org)
         await money.grant(gw.services, org_id=org["org_id"], amount_micro=1_000_000, actor="t")
         yield gw, up, payload

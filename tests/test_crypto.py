@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from treg import secrets_store, tenancy
+from treg import membership, secrets_store
 from treg.errors import ConfigError
 from treg.infra import crypto
 from treg.infra.crypto import DecryptError, SecretBox
@@ -138,7 +138,7 @@ async def _row(svc: Any, secret_id: str) -> dict[str, Any]:
 
 async def test_row_blob_copied_to_another_org_fails(client, owner):
     svc = client.app[SERVICES]
-    other = await tenancy.create_org(svc, slug="globex", email="owner@globex.test")
+    other = await membership.create_org(svc, slug="globex", email="owner@globex.test")
     mine = await _secret(client, owner["token"], "stripe", "sk_live_acme")
     theirs = await _secret(client, other["token"], "stripe", "sk_live_globex")
     row = await _row(svc, mine)
@@ -215,7 +215,7 @@ async def test_rotate_key_cli_end_to_end(make_app, aiohttp_client, dsn, tmp_path
     assert svc.settings.home == home and crypto.key_file(svc.settings).exists()
     old_key_text = crypto.key_file(svc.settings).read_text().strip()
     old_id = svc.box.key_id
-    org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="owner@acme.test")
     values = {await _secret(client, org["token"], f"s{i}", f"value-{i}"): f"value-{i}" for i in range(3)}
     js = await _secret(client, org["token"], "oauth", {"access_token": "at_9"})
 

@@ -62,10 +62,10 @@ def test_a_full_memo_starts_over_and_stays_correct():
 
 
 async def test_cached_statements_read_their_own_rows(svc):
-    from treg import tenancy
+    from treg import membership
 
-    a = await tenancy.create_org(svc, slug="alpha", email="a@alpha.test")
-    b = await tenancy.create_org(svc, slug="beta", email="b@beta.test")
+    a = await membership.create_org(svc, slug="alpha", email="a@alpha.test")
+    b = await membership.create_org(svc, slug="beta", email="b@beta.test")
     for org in (a, b, a, b):  # the same shape, alternating values, through the shared cache
         async with svc.db.tx() as tx:
             row = await tx.fetch_one(select(orgs.c.id, orgs.c.slug).where(orgs.c.id == org["org_id"]))

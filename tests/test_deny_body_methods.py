@@ -120,12 +120,12 @@ async def test_a_large_form_body_is_read_up_to_the_limit(gateway, up, rule):
 
 
 async def test_a_body_treg_cannot_read_under_a_method_rule_is_refused(make_app, aiohttp_client, up):
-    from treg import tenancy
+    from treg import membership
     from treg.keys import SERVICES
     from treg.testing import Gateway
 
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), deny_body_max_bytes=1000))
-    gateway = Gateway(client, await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test"))
+    gateway = Gateway(client, await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test"))
     await gateway.tool("t", up.url)
     rule = await gateway.api("POST", "/api/v1/deny-rules", expect=201,
                              json={"host": "127.0.0.1", "path": "/items", "method": "DELETE"})

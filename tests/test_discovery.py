@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import Gateway, ProviderPlugin, http_response, raw_upstream
 
@@ -43,7 +43,7 @@ async def sky(aiohttp_client, make_app):
         app = make_app(extra_plugins=(ProviderPlugin([{**SKYFACTS, "base_url": up.url + "/v2"}]),),
                        ssrf_allow=("127.0.0.0/8",))
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         gw = Gateway(client, org)
         await gw.secret("sky-key", name="sky", provider="skyfacts")
         yield gw, up

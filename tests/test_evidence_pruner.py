@@ -11,7 +11,7 @@ import logging
 import psycopg2
 from aiohttp.test_utils import TestClient, TestServer
 
-from treg import tenancy
+from treg import membership
 from treg.call import runtime
 from treg.keys import SERVICES
 from treg.testing import Gateway, raw_upstream
@@ -27,7 +27,7 @@ def _broken(runs: list[float]):
 async def _started(make_app, **settings) -> tuple[TestClient, Gateway]:
     client = TestClient(TestServer(make_app(ssrf_allow=("127.0.0.0/8",), **settings)))
     await client.start_server()
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     return client, Gateway(client, org)
 
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 from aiohttp import web
 
-from treg import logs, tenancy
+from treg import logs, membership
 from treg.app import make_runner
 from treg.errors import ConfigError
 from treg.forwarded import client_address, forwarded_proto, trusted_networks
@@ -111,7 +111,7 @@ async def served(make_app):
 
 async def test_the_access_log_names_the_client_a_trusted_proxy_forwarded_and_only_that(served, up):
     app, port, access = served
-    org = await tenancy.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
     forged = [("X-Forwarded-For", "6.6.6.6, 198.51.100.7"), ("X-Forwarded-Proto", "https")]
     for source in ("127.0.0.1", "127.0.0.2"):
         reply = await raw_exchange(port, raw_request_bytes("GET", "/healthz", forged), source=source)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from treg import hookimpl, hookspecs, plugins, tenancy
+from treg import hookimpl, hookspecs, membership, plugins
 from treg.errors import ConfigError
 from treg.keys import SERVICES
 from treg.testing import Events, Gateway, raw_upstream
@@ -147,7 +147,7 @@ async def test_a_failing_observer_is_logged_once_without_the_event(aiohttp_clien
     rec = Events()
     client = await aiohttp_client(make_app(extra_plugins=(Leaky(), rec), ssrf_allow=("127.0.0.0/8",)))
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with raw_upstream() as up:
         await gw.tool("tool-name-xyz", up.url)

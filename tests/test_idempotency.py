@@ -9,7 +9,7 @@ import random
 import pytest
 from sqlalchemy import select, text, update
 
-from treg import idempotency, money, tenancy
+from treg import idempotency, membership, money
 from treg.errors import BadRequest, Conflict, NotFound, Unprocessable
 from treg.idempotency import ClaimOutcome
 from treg.infra.schema import idempotency_keys
@@ -19,7 +19,7 @@ from treg.testing import check_books
 
 @pytest.fixture
 async def org_id(svc):
-    return (await tenancy.create_org(svc, slug="acme", email="owner@acme.test"))["org_id"]
+    return (await membership.create_org(svc, slug="acme", email="owner@acme.test"))["org_id"]
 
 
 D1 = idempotency.request_digest("POST", "acme.items.create", "a=1", b'{"x":1}')
@@ -67,7 +67,7 @@ async def test_new_then_in_progress_then_replay(svc, org_id):
     assert (replay.status, replay.headers, replay.body, replay.call_id) == (201, tuple(headers), b'{"id":7}\x00\xff',
                                                                              "call_1")
     # labels are per org
-    other = (await tenancy.create_org(svc, slug="other", email="o@other.test"))["org_id"]
+    other = (await membership.create_org(svc, slug="other", email="o@other.test"))["org_id"]
     assert (await idempotency.claim(svc, other, "k1", D1)).outcome is ClaimOutcome.NEW
 
 

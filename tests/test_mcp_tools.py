@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import Gateway, Mcp, example_provider, http_response, raw_upstream, vendor_gateway
 
@@ -113,7 +113,7 @@ async def test_long_bodies_are_cut_at_the_limit_saying_so(make_app, aiohttp_clie
         return http_response(200, big, [("Content-Type", "text/plain; charset=utf-8")])
     async with raw_upstream(respond) as up:
         client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), mcp_max_text_bytes=1001))
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         gw = Gateway(client, org)
         await gw.tool("up", up.url)
         result = await Mcp(gw).call("up", {})

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import LEGACY, MODERN, Gateway, Mcp, legacy_headers, modern_headers, modern_message
 
@@ -182,7 +182,7 @@ async def test_origin_other_than_treg_is_403_and_host_header_is_never_trusted(ga
 async def test_allowed_origins_and_public_url_decide_the_origin(make_app, aiohttp_client):
     client = await aiohttp_client(make_app(mcp_allowed_origins=("https://inspector.example",),
                                            public_url="https://treg.example.com/"))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     m = Mcp(Gateway(client, org))
     msg, headers = modern_message("tools/list"), modern_headers("tools/list")
     resp = await m.post(msg, {**headers, "Origin": "https://inspector.example"})
@@ -209,7 +209,7 @@ async def test_wrong_content_type_accept_and_oversized_body(gateway):
 
 async def test_oversized_body_is_413(make_app, aiohttp_client):
     client = await aiohttp_client(make_app(json_body_max_bytes=1000))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     m = Mcp(Gateway(client, org))
     msg = modern_message("tools/call", {"name": "catalog_search", "arguments": {"query": "x" * 2000}})
     resp = await m.post(msg, modern_headers("tools/call", "catalog_search"))

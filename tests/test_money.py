@@ -8,7 +8,7 @@ import random
 import pytest
 from sqlalchemy import text, update
 
-from treg import money, tenancy
+from treg import authentication, membership, money
 from treg.errors import BadRequest, Conflict, DatabaseError, NotFound, PaymentRequired
 from treg.infra.schema import holds
 from treg.money import limits
@@ -17,8 +17,8 @@ from treg.testing import check_books, open_services
 
 @pytest.fixture
 async def org(svc):
-    o = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
-    ident = await tenancy.authenticate(svc, o["token"], None)
+    o = await membership.create_org(svc, slug="acme", email="owner@acme.test")
+    ident = await authentication.authenticate(svc, o["token"], None)
     o["ident"] = ident
     return o
 
@@ -110,7 +110,7 @@ async def test_usd_amounts():
 async def test_trial_allowance_is_granted_once_and_consumed_first(dsn, settings):
     svc = await open_services(dsn, settings.replace(trial_micro=5_000))
     try:
-        o = await tenancy.create_org(svc, slug="trial", email="t@trial.test")
+        o = await membership.create_org(svc, slug="trial", email="t@trial.test")
         oid = o["org_id"]
         b = await money.balance(svc, oid)
         assert (b.balance_micro, b.trial_micro, b.trial_remaining_micro) == (5_000, 5_000, 5_000)
@@ -241,7 +241,7 @@ async def test_reaper_releases_expired_and_old_holds_only(svc, org):
 async def test_concurrent_calls_with_faults_keep_the_books_exact(svc, org):
     """Hundreds of billed calls at once on one org: failures, double closes, crashes, cancellations."""
     oid, ident = org["org_id"], org["ident"]
-    extra = await tenancy.add_member(svc, ident, {"email": "m2@acme.test"})
+    extra = await membership.add_member(svc, ident, {"email": "m2@acme.test"})
     members = [org["member_id"], extra["member_id"], None]
     granted = 300_000
     await money.grant(svc, org_id=oid, amount_micro=granted, actor="test")

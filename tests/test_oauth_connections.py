@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import ProviderPlugin, audit_row
 from treg.testing.gateway import Gateway
@@ -27,7 +27,7 @@ async def fake():
 async def gw(make_app, aiohttp_client, fake):
     client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
                                            ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     g = Gateway(client, org)
     yield g
     await client.close()
@@ -95,7 +95,7 @@ async def test_an_org_app_is_write_only_and_the_deployment_one_stands_in(gw, mak
                                            ssrf_allow=("127.0.0.0/8",),
                                            oauth_client_ids={"OAUTHY": CLIENT_ID},
                                            oauth_client_secrets={"OAUTHY": SecretStr(CLIENT_SECRET)}))
-    org = await tenancy.create_org(client.app[SERVICES], slug="dep", email="o@dep.test")
+    org = await membership.create_org(client.app[SERVICES], slug="dep", email="o@dep.test")
     other = Gateway(client, org)
     assert await other.api("GET", "/api/v1/oauth-apps/oauthy", expect=200) == {
         "provider": "oauthy", "client_id": CLIENT_ID, "source": "deployment"}
@@ -293,7 +293,7 @@ async def expire_now(gw: Gateway) -> None:
     async with gw.services.db.tx() as tx:
         await tx.execute("UPDATE oauth_connections SET expires_at = now() + interval '5 seconds'")
         await tx.execute("SELECT pg_notify('treg_changes', 'connections:' || %(o)s)", {"o": gw.org["org_id"]})
-    from treg.tenancy import forget_local
+    from treg.org_changes import forget_local
 
     forget_local(gw.services, gw.org["org_id"])
 
@@ -494,7 +494,7 @@ async def test_rotate_key_moves_the_client_secret_and_the_tokens(gw, fake):
     from treg import secrets_store
     from treg.infra import crypto
     from treg.infra.crypto import SecretBox
-    from treg.tenancy import forget_local
+    from treg.org_changes import forget_local
 
     await register_app(gw)
     created = await connect(gw)
@@ -512,7 +512,7 @@ async def test_rotate_key_moves_the_client_secret_and_the_tokens(gw, fake):
 async def test_a_lease_left_by_a_dead_process_is_taken_over_once_it_expires(make_app, aiohttp_client, fake):
     client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
                                            ssrf_allow=("127.0.0.0/8",), oauth_refresh_lease_s=2.0))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     gw = Gateway(client, org)
     await register_app(gw)
     created = await connect(gw)
@@ -555,7 +555,7 @@ async def test_connect_urls_and_the_redirect_uri_come_from_treg_public_url(make_
 
     client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
                                            ssrf_allow=("127.0.0.0/8",), public_url="https://gw.example.com/treg"))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     gw = Gateway(client, org)
     await register_app(gw)
     created = await gw.api("POST", "/api/v1/connections", json={"provider": "oauthy"},

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import ProviderPlugin
 from treg.testing import browser as chromium_browser
@@ -36,7 +36,7 @@ async def fake():
 async def gw(make_app, aiohttp_client, fake):
     client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
                                            ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     g = Gateway(client, org)
     await g.api("PUT", "/api/v1/oauth-apps/oauthy", json={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
                 expect=200)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.oauth import store
 from treg.testing import ProviderPlugin, audit_row
@@ -39,7 +39,7 @@ async def dot_gw(make_app, aiohttp_client, tmp_path):
     dot.redirect_uris = [f"http://127.0.0.1:{client.port}/oauth/callback"]
     dot.start()
     try:
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
         gw = Gateway(client, org)
         await gw.api("PUT", "/api/v1/oauth-apps/dot", json={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
                      expect=200)

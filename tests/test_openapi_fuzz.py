@@ -30,7 +30,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi import checks as oa_checks
 from schemathesis.checks import not_a_server_error
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 
 #: examples per operation and mode (positive, negative), and the cap on the whole run
@@ -147,7 +147,7 @@ async def _setup(gw_api, owner_headers) -> dict[str, list[str]]:
 
 async def test_the_management_api_survives_its_own_document(make_app, aiohttp_client, dsn):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     headers = {"X-Treg-Token": org["token"]}
 
     async def api(method: str, path: str, body: Any) -> Any:

@@ -224,7 +224,7 @@ def treg_register_capacity_signatures():
 
 async def test_a_third_party_aggregator_plugin_is_used_without_a_core_edit(tmp_path, dsn, fake_dns, aiohttp_server,
                                                                            aiohttp_client):
-    from treg import tenancy
+    from treg import membership
     from treg.app import create_app
 
     vendor = await serve(aiohttp_server, Fake(reply=(402, {}, {"error": "please top up"})))
@@ -239,7 +239,7 @@ async def test_a_third_party_aggregator_plugin_is_used_without_a_core_edit(tmp_p
                              overflow_urls={"RELAYCO": relay.url})
     client = await aiohttp_client(create_app(settings, dsn=dsn))
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="zed", email="o@zed.test")
+    org = await membership.create_org(svc, slug="zed", email="o@zed.test")
     await money.grant(svc, org_id=org["org_id"], amount_micro=1000, actor="test")
     r = await client.get("/catalog/call/vendorz.get?thing=t1", headers={"X-Treg-Token": org["token"]})
     assert r.status == 200 and json.loads(await r.read()) == {"thing": "via relayco"}

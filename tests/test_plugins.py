@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from treg import hookimpl, hookspecs, plugins, tenancy
+from treg import hookimpl, hookspecs, membership, plugins
 from treg.app import create_app
 from treg.bindings import Binding, OutgoingRequest
 from treg.errors import ConfigError
@@ -151,7 +151,7 @@ def test_an_extra_plugin_object_overrides_too():
 
 
 async def _org(client: Any) -> dict[str, str]:
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     return {"X-Treg-Token": org["token"]}
 
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from treg import tenancy, testing
+from treg import membership, testing
 from treg.infra.read_deadlines import DeadlineConnector, DeadlineHandler, ReadDeadlines
 from treg.keys import SERVICES
 from treg.testing import raw_upstream
@@ -26,7 +26,7 @@ BOUND = 10.0  # seconds any single wait may take before the test fails (a bound,
 @pytest.fixture
 async def gw(make_app, aiohttp_client):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), upstream_read_timeout_s=TIMEOUT))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     yield testing.Gateway(client, org)
     await client.close()
 
@@ -91,7 +91,7 @@ async def test_an_upstream_that_keeps_sending_is_never_timed_out(make_app, aioht
     timeout = 1.2
     pieces, gap = 8, timeout / 4
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), upstream_read_timeout_s=timeout))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     slow = testing.Gateway(client, org)
 
     async def trickles(ex: testing.Exchange) -> None:

@@ -125,7 +125,7 @@ async def test_secret_echoed_inside_a_compressed_failed_answer_is_masked(gateway
 
 
 async def test_platform_key_echoed_in_its_forms_is_masked_and_its_redactor_memoized(aiohttp_client, make_app):
-    from treg import tenancy
+    from treg import membership
     from treg.keys import SERVICES
     from treg.settings import SecretStr
     from treg.testing import Gateway, ProviderPlugin, example_provider, raw_upstream
@@ -136,7 +136,7 @@ async def test_platform_key_echoed_in_its_forms_is_masked_and_its_redactor_memoi
         app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
                        ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr(key)})
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="p", email="p@p.test")
+        org = await membership.create_org(client.app[SERVICES], slug="p", email="p@p.test")
         gw = Gateway(client, org)
         await money_grant(gw)
         ids = []

@@ -18,7 +18,7 @@ import openai
 import pytest
 import requests
 
-from treg import tenancy
+from treg import membership
 from treg.call import redirects
 from treg.infra.crypto import SecretBox, new_key_text, decode_key
 from treg.testing import Exchange, http_response, raw_upstream
@@ -220,7 +220,7 @@ async def test_another_member_or_org_is_refused(world):
     gateway, _, third = world
     link = await _location(gateway, "/call/llm/away")
     member = await gateway.member("m@acme.test")
-    other = await tenancy.create_org(gateway.services, slug="other", email="o@other.test")
+    other = await membership.create_org(gateway.services, slug="other", email="o@other.test")
     bodies = [await _refused(gateway, link, member["headers"]),
               await _refused(gateway, link, {"X-Treg-Token": other["token"]})]
     assert bodies[0] == bodies[1]
@@ -357,7 +357,7 @@ async def test_rewritten_locations_keep_the_public_urls_path_prefix(make_app, ai
 
     async with raw_upstream(vendor_answer) as vendor:
         client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), public_url="https://gw.example.com/treg/"))
-        org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         gw = Gateway(client, org)
         sid = await gw.secret(SECRET)
         await gw.tool("llm", vendor.url + "/", [{"location": "header", "name": "Authorization",

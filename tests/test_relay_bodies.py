@@ -190,11 +190,11 @@ async def test_unknown_body_encoding_is_400(gateway, up, tool):
 
 @pytest.fixture
 async def small_gateway(aiohttp_client, make_app):
-    from treg import tenancy, testing
+    from treg import membership, testing
     from treg.keys import SERVICES
 
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), body_decode_max_bytes=1000))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     return testing.Gateway(client, org)
 
 

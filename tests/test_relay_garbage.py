@@ -189,11 +189,11 @@ async def test_bad_body_encoding_is_400(gateway, up, tool, encoding, body):
 
 
 async def test_encoded_body_over_the_limit_is_400_not_500(aiohttp_client, make_app, up):
-    from treg import tenancy, testing
+    from treg import membership, testing
     from treg.keys import SERVICES
 
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), body_decode_max_bytes=64))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     gw = testing.Gateway(client, org)
     await gw.tool("up", up.url)
     r = await gw.raw("POST", "/call/up/x", [("X-Treg-Body-Encoding", "base64")], base64.b64encode(b"x" * 1000))

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from treg import tenancy, testing
+from treg import membership, testing
 from treg.app import make_runner
 from treg.keys import SERVICES
 from treg.testing import http_response, raw_request_bytes, raw_upstream
@@ -100,7 +100,7 @@ async def served(make_app):
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     async with aiohttp.ClientSession() as session:
-        org = await tenancy.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
+        org = await membership.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
         gw = testing.Gateway(_ServeClient(app, port, session), org)
         gw.runner = runner  # type: ignore[attr-defined]
         yield gw

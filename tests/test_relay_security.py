@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from treg import tenancy, testing
+from treg import membership, testing
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import http_response, raw_upstream
@@ -192,7 +192,7 @@ async def platform_gateway(aiohttp_client, make_app):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",),
                                            platform={"TREG_PLATFORM_ADS_TOKEN": SecretStr("dev-token-42")},
                                            tool_platform_settings=("TREG_PLATFORM_ADS_TOKEN", "TREG_PLATFORM_NOT_SET")))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     return testing.Gateway(client, org)
 
 

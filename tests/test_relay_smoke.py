@@ -1,6 +1,6 @@
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 from treg.testing import http_response, raw_upstream
 
@@ -8,7 +8,7 @@ from treg.testing import http_response, raw_upstream
 @pytest.fixture
 async def relay(aiohttp_client, make_app):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     client.owner = {"X-Treg-Token": org["token"]}
     return client
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.keys import SERVICES
 from treg.money import reaper
 from treg.settings import SecretStr
@@ -68,7 +68,7 @@ async def routed(aiohttp_client, make_app):
                        platform={"TREG_PLATFORM_KEY_ALPHA": SecretStr("alpha-platform"),
                                  "TREG_PLATFORM_KEY_BETA": SecretStr("beta-platform")})
         client = await aiohttp_client(app)
-        org = await tenancy.create_org(client.app[SERVICES], slug="routed-org", email="o@routed.test")
+        org = await membership.create_org(client.app[SERVICES], slug="routed-org", email="o@routed.test")
         gw = Gateway(client, org)
         await money.grant(gw.services, org_id=org["org_id"], amount_micro=CREDITS, actor="test")
         yield gw, v

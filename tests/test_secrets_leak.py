@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 
 VALUE = "sk_live_LEAKCANARY_7f3a9c"
@@ -41,7 +41,7 @@ async def test_value_never_in_answers_logs_or_files(make_app, aiohttp_client, ca
     caplog.set_level(logging.DEBUG)  # every logger, every level
     client = await aiohttp_client(make_app(secret_key=None))  # the master key is written into TREG_HOME
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="owner@acme.test")
     h = {"X-Treg-Token": org["token"]}
     seen: list[str] = []
 

@@ -1,6 +1,6 @@
 """Services are typed components built by one factory; management writes go through one helper.
 
-(issue 10, item 2: no ``extras`` dict, null objects where a component is off, ``tenancy.changes``.)
+(issue 10, item 2: no ``extras`` dict, null objects where a component is off, ``org_changes.changes``.)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import aiohttp
 import aiopg
 import pytest
 
-from treg import context, tenancy
+from treg import authentication, context, membership, org_changes
 from treg.cache import CHANNEL, Caches, ChangeListener, NullCache, OrgCache
 from treg.call.audit import AuditWriter
 from treg.call.metered import SpoolBudget
@@ -80,13 +80,13 @@ async def test_services_built_for_domain_use_have_null_components(svc):
         await svc.resolver.vet("api.example.com")
     assert info.value.code == "shutting_down"
     assert await svc.resolver.addresses("api.example.com") == []  # registration leaves it to the call-time guard
-    org = await tenancy.create_org(svc, slug="acme", email="o@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="o@acme.test")
     # no batching writer: authenticate notes the token's use at once, and nothing is cached
-    ident = await tenancy.authenticate(svc, org["token"], None)
+    ident = await authentication.authenticate(svc, org["token"], None)
     async with svc.db.tx() as tx:
         used = await tx.scalar("SELECT last_used_at FROM tokens WHERE id = %(id)s", {"id": ident.token_id})
     assert used is not None
-    assert tenancy.cached_identity(svc, org["token"], None) is None
+    assert authentication.cached_identity(svc, org["token"], None) is None
 
 
 async def test_a_serving_gateway_has_live_components(gateway):
@@ -141,7 +141,7 @@ async def test_changes_notifies_on_commit_and_forgets_local_entries_after_it(gat
         for cache in caches:
             cache.put(("probe", org_id), "old", org_id=org_id)
         caches.tools.put(("probe", "org_other"), "other", org_id="org_other")
-        async with tenancy.changes(svc, "tools", org_id) as tx:
+        async with org_changes.changes(svc, "tools", org_id) as tx:
             await tx.execute("SELECT 1")
             # not before the commit: a call could load the old rows back into the cache meanwhile
             assert all(cache.get(("probe", org_id)) == "old" for cache in caches)
@@ -161,12 +161,12 @@ async def test_changes_rolled_back_notifies_nobody_and_forgets_nothing(gateway):
     try:
         caches.deny.put(("probe", org_id), "kept", org_id=org_id)
         with pytest.raises(NotFound):
-            async with tenancy.changes(svc, "deny", org_id) as tx:
+            async with org_changes.changes(svc, "deny", org_id) as tx:
                 await tx.execute("UPDATE orgs SET slug = slug WHERE id = %(id)s", {"id": org_id})
                 raise NotFound("no such deny rule in this org", code="deny_rule_not_found")
         assert caches.deny.get(("probe", org_id)) == "kept"
         # the next committed change is the first notification to arrive: the rolled-back one never went out
-        async with tenancy.changes(svc, "tokens", org_id):
+        async with org_changes.changes(svc, "tokens", org_id):
             pass
         msg = await asyncio.wait_for(conn.notifies.get(), 5)
         assert msg.payload == f"tokens:{org_id}"

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.errors import GatewayFailed
 from treg.infra.dns import SsrfRefused, VettingResolver
 from treg.infra.ssrf import SsrfPolicy
@@ -138,7 +138,7 @@ async def test_the_app_installs_the_resolver_on_its_upstream_session(aiohttp_cli
 
 async def test_registration_check_uses_the_resolver(aiohttp_client, make_app, fake_dns):
     client = await aiohttp_client(make_app())
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     headers = {"X-Treg-Token": org["token"]}
     fake_dns.records["meta.test"] = [("169.254.169.254", 60)]
     fake_dns.records["public.test"] = [("8.8.8.8", 60)]

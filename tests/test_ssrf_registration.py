@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.infra import ssrf
 from treg.keys import SERVICES
 
@@ -109,7 +109,7 @@ async def test_non_http_base_url_is_400(client, owner, url):
 
 async def _client_for(aiohttp_client: Any, make_app: Any, **overrides: Any) -> tuple[Any, dict[str, str]]:
     client = await aiohttp_client(make_app(**overrides))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     return client, {"X-Treg-Token": org["token"]}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import treg.startup
-from treg import cli, hookimpl, tenancy
+from treg import cli, hookimpl, membership
 from treg.app import create_app
 from treg.catalog.errors import CatalogError, Problem
 from treg.factory import build_services
@@ -207,7 +207,7 @@ async def _one_call_with_a_secret(make_app, aiohttp_client, **overrides: Any) ->
     observer = Observer()
     client = await aiohttp_client(make_app(extra_plugins=(observer, Failing()), ssrf_allow=("127.0.0.0/8",),
                                            **overrides))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
     gw = Gateway(client, org)
     async with raw_upstream() as up:
         sid = await gw.secret(SECRET)

@@ -12,7 +12,7 @@ import aiohttp
 import psycopg2
 from sqlalchemy import text, update
 
-from treg import money, tenancy, testing
+from treg import membership, money, testing
 from treg.infra.schema import holds
 from treg.money import reaper
 from treg.testing import (PROPAGATION_S, Api, assert_clean_exits, check_books, open_services, run_treg,
@@ -45,7 +45,7 @@ async def _orphans(dsn: str, settings, n: int) -> tuple[str, list[str]]:
     """An org with ``n`` open holds already past their expiry (left by a crashed process)."""
     svc = await open_services(dsn, settings)
     try:
-        org = await tenancy.create_org(svc, slug="crashed", email="c@crashed.test")
+        org = await membership.create_org(svc, slug="crashed", email="c@crashed.test")
         await money.grant(svc, org_id=org["org_id"], amount_micro=n * 1_000, actor="test")
         ids = [f"orphan{i}" for i in range(n)]
         for call_id in ids:
@@ -211,7 +211,7 @@ async def test_reaper_sweeps_one_at_a_time_across_processes(dsn, settings):
     run together, each expired hold is released once and the books stay exact."""
     first, second = await open_services(dsn, settings), await open_services(dsn, settings)
     try:
-        org = await tenancy.create_org(first, slug="reap", email="r@reap.test")
+        org = await membership.create_org(first, slug="reap", email="r@reap.test")
         oid = org["org_id"]
         await money.grant(first, org_id=oid, amount_micro=200_000, actor="test")
         ids = [f"h{i}" for i in range(120)]

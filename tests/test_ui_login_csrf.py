@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 
-from treg import tenancy, ui_sessions
+from treg import membership, ui_sessions
 from treg.infra import crypto
 from treg.keys import SERVICES
 from treg.settings import SecretStr
@@ -88,7 +88,7 @@ FRAMINGS = {
 @pytest.mark.skipif(chromium_browser.skip_reason() is not None, reason=str(chromium_browser.skip_reason()))
 @pytest.mark.parametrize("framing", sorted(FRAMINGS))
 async def test_a_sandboxed_iframe_on_another_origin_cannot_log_the_victim_in(gateway, framing):
-    evil = await tenancy.create_org(gateway.services, slug="evil", email="attacker@evil.test")
+    evil = await membership.create_org(gateway.services, slug="evil", email="attacker@evil.test")
     treg_base = f"http://127.0.0.1:{gateway.client.port}"
     form_token, cookie = await _attacker_form(gateway)
     sandbox, target = FRAMINGS[framing]
@@ -245,7 +245,7 @@ async def test_the_login_form_of_one_process_is_good_at_another_sharing_the_mast
     master key refuses it."""
     public = "https://gw.test/treg"
     a = await aiohttp_client(make_app(public_url=public))
-    org = await tenancy.create_org(a.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(a.app[SERVICES], slug="acme", email="owner@acme.test")
     token, nonce = _form_of(await raw_exchange(a.port, raw_request_bytes("GET", "/ui/login")))
     post = raw_request_bytes("POST", "/ui/login", [("Content-Type", FORM), ("Origin", "https://gw.test"),
                                                    ("Cookie", f"treg_login={nonce}")],
@@ -287,7 +287,7 @@ async def test_the_cookies_are_secure_and_under_the_prefix_when_treg_s_own_origi
     """Behind a proxy terminating TLS the hop to treg is plain http: ``Secure`` comes from TREG_PUBLIC_URL,
     not from the hop (a hop saying http does not take it away); ``Path`` is treg's own prefix."""
     client = await aiohttp_client(make_app(public_url="https://gw.test/treg/"))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     token, nonce = _form_of(await raw_exchange(client.port, raw_request_bytes("GET", "/ui/login")))
     form = urlencode({"token": org["token"], "form_token": token}).encode()
     for hop in ([], [("X-Forwarded-Proto", "http")]):
@@ -310,7 +310,7 @@ async def test_the_cookies_are_secure_and_under_the_prefix_when_treg_s_own_origi
 
 async def test_x_forwarded_proto_sets_secure_only_from_a_trusted_proxy(make_app, aiohttp_client):
     client = await aiohttp_client(make_app(trusted_proxies=("127.0.0.1/32",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     own = f"http://127.0.0.1:{client.port}"
 
     async def session_cookie(source: str, proto: str | None) -> str:

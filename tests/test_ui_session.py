@@ -7,7 +7,7 @@ import asyncio
 
 from sqlalchemy import select, text
 
-from treg import tenancy
+from treg import authentication, membership
 from treg.infra.schema import ui_sessions
 from treg.testing import CSRF, http_response, login, own_origin, post_login, session_cookie
 
@@ -23,7 +23,7 @@ async def test_login_sets_a_strict_httponly_cookie_bound_to_a_hashed_row(gateway
     async with gateway.services.db.tx() as tx:
         rows = await tx.fetch_all(select(ui_sessions.c.id_hash, ui_sessions.c.csrf))
     assert len(rows) == 1
-    assert rows[0]["id_hash"] == tenancy.hash_token(value) and value not in str(rows)
+    assert rows[0]["id_hash"] == authentication.hash_token(value) and value not in str(rows)
     page = await gateway.client.get("/ui/")
     assert page.status == 200 and "owner@acme.test" in await page.text()
 
@@ -129,7 +129,7 @@ async def test_a_logged_out_session_cannot_call(gateway, up, tool):
 
 
 async def test_the_org_choice_for_a_user_of_several_orgs(gateway):
-    other = await tenancy.create_org(gateway.services, slug="beta", email="owner@acme.test")
+    other = await membership.create_org(gateway.services, slug="beta", email="owner@acme.test")
     resp = await post_login(gateway.client, {"token": other["token"]})
     body = await resp.text()
     assert resp.status == 200 and 'for="org">Org</label>' in body and "acme" in body and "beta" in body

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from treg import tenancy
+from treg import membership
 from treg.keys import SERVICES
 
 PUBLIC = "https://api.example.com/v1"
@@ -86,7 +86,7 @@ async def test_deleted_secret_id_is_422(client, org):
 
 
 async def test_other_org_secret_id_is_422(client, org):
-    other = await tenancy.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
+    other = await membership.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
     theirs = await ok(await client.post("/api/v1/secrets", json={"name": "theirs", "value": "v"},
                                         headers={"X-Treg-Token": other["token"]}), 201)
     await assert_error(await register(client, org, [header(org, secret_id=theirs["id"])]), 422, "unknown_secret")
@@ -205,7 +205,7 @@ async def test_bad_tool_name_is_400(client, org, name):
 async def test_duplicate_tool_name_is_409_per_org(client, org):
     await ok(await register(client, org, [], name="stripe"), 201)
     await assert_error(await register(client, org, [], name="stripe"), 409, "tool_exists")
-    other = await tenancy.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
+    other = await membership.create_org(client.app[SERVICES], slug="globex", email="owner@globex.test")
     resp = await client.post("/api/v1/tools", json={"name": "stripe", "base_url": PUBLIC, "bindings": []},
                              headers={"X-Treg-Token": other["token"]})
     await ok(resp, 201)

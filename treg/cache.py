@@ -1,7 +1,7 @@
 """In-process caches for what rarely changes (identities, tools, deny rules, secrets) that stay
 correct when another treg process on the same database changes the data.
 
-Writes go through ``tenancy.changes(svc, kind, org_id)``, whose NOTIFY PostgreSQL delivers on commit
+Writes go through ``org_changes.changes(svc, kind, org_id)``, whose NOTIFY PostgreSQL delivers on commit
 to every process LISTENing on ``treg_changes``; the listener drops that org's entries. If the listening
 connection is lost, every cache is cleared and bypassed until it is back, so a missed notification
 can never serve stale data. As a second guard every entry also expires after ``TREG_CACHE_TTL_S``.

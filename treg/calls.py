@@ -11,9 +11,9 @@ from sqlalchemy import and_, case, func, or_, select
 
 from treg.context import Services
 from treg.errors import BadRequest, NotFound
+from treg.identity import Identity
 from treg.infra.schema import calls, holds
 from treg.jobs import store as job_store
-from treg.tenancy import Identity
 
 # An async submission's row is written when its answer leaves, its hold still open; the job's polls
 # (or the reaper) close the hold later. Its cost and hold state are therefore read from the hold, live,

@@ -107,9 +107,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_init(args: argparse.Namespace, settings: Settings) -> int:
-    from treg import tenancy
+    from treg import membership
 
-    result = asyncio.run(_with_services(settings, lambda svc: tenancy.create_org(svc, slug=args.org, email=args.email)))
+    result = asyncio.run(_with_services(settings, lambda svc: membership.create_org(svc, slug=args.org, email=args.email)))
     _print_json(result)
     return 0
 

@@ -10,9 +10,11 @@ from sqlalchemy import and_, insert, select
 from treg.context import Services
 from treg.domain.deny import DenyRule
 from treg.errors import BadRequest, NotFound, Unprocessable
+from treg.identity import Identity, require_manager
 from treg.ids import new_id
 from treg.infra.schema import deny_rules, members, projects
-from treg.tenancy import Identity, changes, delete_org_row, org_rows, refuse_unknown_fields, require_manager
+from treg.management import delete_org_row, org_rows, refuse_unknown_fields
+from treg.org_changes import changes
 
 _HOST = re.compile(r"\A(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?\Z")
 _METHOD = re.compile(r"\A[A-Za-z]{1,16}\Z")

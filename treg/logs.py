@@ -33,7 +33,7 @@ FORMATS = ("text", "json")
 #: the attribute of a LogRecord carrying fields of its own (a dict; an access line's call fields) for ``json``
 EXTRA_FIELDS = "treg_fields"
 #: (org_id, member_id) of the token the current request was admitted with, for its access line. Set
-#: where treg.tenancy admits a token; read by the access logger, which aiohttp runs in the request's
+#: where treg.authentication admits a token; read by the access logger, which aiohttp runs in the request's
 #: own task (a fresh copy of the context per request, so no value leaks into the next request).
 CALLER: ContextVar[tuple[str, str | None] | None] = ContextVar("treg_caller", default=None)
 #: how long an INFO line may wait in the buffer under ``treg serve``

@@ -10,8 +10,9 @@ from sqlalchemy import select, update
 
 from treg.context import Services
 from treg.errors import BadRequest, Forbidden, NotFound
+from treg.identity import Identity
 from treg.infra.schema import orgs
-from treg.tenancy import Identity, refuse_unknown_fields
+from treg.management import refuse_unknown_fields
 
 FIELDS = ("platform_overflow",)
 

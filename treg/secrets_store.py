@@ -14,10 +14,12 @@ from sqlalchemy import and_, insert, select, update
 
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, IntegrityError, NotFound
+from treg.identity import Identity, require_manager
 from treg.ids import new_id
 from treg.infra.crypto import SecretBox
 from treg.infra.schema import secrets, tools
-from treg.tenancy import Identity, changes, delete_org_row, org_rows, refuse_unknown_fields, require_manager
+from treg.management import delete_org_row, org_rows, refuse_unknown_fields
+from treg.org_changes import changes
 
 _PROVIDER = re.compile(r"\A[a-z0-9][a-z0-9-]{0,63}\Z")
 PUBLIC_COLUMNS = (secrets.c.id, secrets.c.name, secrets.c.provider, secrets.c.created_at, secrets.c.updated_at)

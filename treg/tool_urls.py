@@ -54,7 +54,7 @@ async def seal_legacy(svc: Services) -> int:
     from sqlalchemy import and_, select, update
 
     from treg.infra.schema import tools
-    from treg.tenancy import changes
+    from treg.org_changes import changes
 
     async with svc.db.tx() as tx:
         rows = await tx.fetch_all(select(tools.c.id, tools.c.org_id, tools.c.base_url)

@@ -21,11 +21,13 @@ from treg.call.target import mask_userinfo
 from treg.context import Services
 from treg.domain.access import identity_may_use
 from treg.errors import BadRequest, Conflict, IntegrityError, NotFound, Unprocessable
+from treg.identity import Identity, require_manager
 from treg.ids import new_id
 from treg.infra import ssrf
 from treg.infra.db import Tx
 from treg.infra.schema import members, oauth_connections, projects, secrets, tools
-from treg.tenancy import Identity, changes, missing_ids, refuse_unknown_fields, require_manager
+from treg.management import missing_ids, refuse_unknown_fields
+from treg.org_changes import changes
 
 _TOOL_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "connection_id", "platform_setting", "secret_field"}

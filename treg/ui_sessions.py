@@ -5,7 +5,7 @@ read of the database cannot be replayed as a cookie. Each session has its own CS
 constant time on every state change and on cookie-identified calls (``X-Treg-CSRF``). A session ends
 at its expiry (``TREG_UI_SESSION_TTL_S``), at logout, and when the token it was opened with is revoked
 or its member removed. Plain Python: the dashboard's handlers (treg/web/dashboard/) and the call
-surfaces' authentication (treg/tenancy.py) share it.
+surfaces' authentication (treg/authentication.py) share it.
 
 **Login CSRF.** A login needs, besides the right Origin (the edge checks it), the login form's own
 token: ``GET /ui/login`` sets a pre-login cookie ``treg_login`` (256 random bits) and puts in the form
@@ -30,11 +30,11 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from sqlalchemy import and_, delete, func, insert, select, update
 
-from treg import tenancy
+from treg.authentication import authenticate, hash_token
 from treg.context import Services
 from treg.errors import BadRequest, Unauthorized
+from treg.identity import Credential, Identity
 from treg.infra.schema import members, orgs, tokens, ui_sessions, users
-from treg.tenancy import Credential, Identity
 
 COOKIE = "treg_session"
 #: the pre-login cookie a login form's token is bound to
@@ -105,7 +105,7 @@ def login_form_ok(svc: Services, nonce: str | None, token: str | None, *, now: f
 async def orgs_of_token(svc: Services, token: str) -> list[dict[str, str]]:
     """The orgs the token's user belongs to (for the login form's Org choice); empty when the token is
     unknown or revoked. Only slugs: the login page shows them to whoever holds the token."""
-    digest = tenancy.hash_token(token.strip())
+    digest = hash_token(token.strip())
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(select(members.c.user_id).select_from(tokens.join(members, members.c.id == tokens.c.member_id))
                                  .where(and_(tokens.c.token_hash == digest, tokens.c.revoked_at.is_(None))))
@@ -121,14 +121,14 @@ async def login(svc: Services, token: str | None, org_hint: str | None) -> tuple
     if not token or not token.strip():
         raise BadRequest("enter your treg token (treg init printed it; an admin can issue you one)",
                          code="missing_token")
-    ident = await tenancy.authenticate(svc, token.strip(), org_hint or None)
+    ident = await authenticate(svc, token.strip(), org_hint or None)
     session_id = pysecrets.token_urlsafe(32)
     csrf = pysecrets.token_urlsafe(32)
     expires = _now() + dt.timedelta(seconds=svc.settings.ui_session_ttl_s)
     async with svc.db.tx() as tx:
         # expired rows of anyone are dropped as new ones come: the table stays the size of live sessions
         await tx.execute(delete(ui_sessions).where(ui_sessions.c.expires_at < func.now()))
-        await tx.execute(insert(ui_sessions).values(id_hash=tenancy.hash_token(session_id), org_id=ident.org_id,
+        await tx.execute(insert(ui_sessions).values(id_hash=hash_token(session_id), org_id=ident.org_id,
                                                     member_id=ident.member_id, token_id=ident.token_id, csrf=csrf,
                                                     expires_at=expires))
     return session_id, Session(ident, csrf, expires)
@@ -139,7 +139,7 @@ async def lookup(svc: Services, session_id: str | None) -> Session | None:
     its token revoked). Read from the database each time: a logout or a revocation counts at once."""
     if not session_id or len(session_id) > 100:
         return None
-    digest = tenancy.hash_token(session_id)
+    digest = hash_token(session_id)
     async with svc.db.tx() as tx:
         row = await tx.fetch_one(
             select(ui_sessions.c.id_hash, ui_sessions.c.csrf, ui_sessions.c.expires_at, tokens.c.id.label("token_id"),
@@ -165,15 +165,14 @@ def csrf_ok(session: Session, sent: str | None) -> bool:
 
 class SessionCookie(Credential):
     """A call's identity from the ``treg_session`` cookie (Try-it), with the ``X-Treg-CSRF`` header sent
-    beside it; :func:`treg.tenancy.authenticate` asks it for the caller."""
+    beside it; :func:`treg.authentication.authenticate` asks it for the caller."""
 
+    __slots__ = ("session_id", "csrf")
     session_id: str
     csrf: str | None
 
-    def __new__(cls, session_id: str, csrf: str | None) -> "SessionCookie":
-        self = super().__new__(cls)
+    def __init__(self, session_id: str, csrf: str | None) -> None:
         self.session_id, self.csrf = session_id, csrf
-        return self
 
     async def identity(self, svc: Services) -> Identity:
         return await identify_call(svc, self)
@@ -196,5 +195,5 @@ async def identify_call(svc: Services, cookie: SessionCookie) -> Identity:
 
 async def logout(svc: Services, session_id: str) -> None:
     async with svc.db.tx() as tx:
-        await tx.execute(update(ui_sessions).where(ui_sessions.c.id_hash == tenancy.hash_token(session_id))
+        await tx.execute(update(ui_sessions).where(ui_sessions.c.id_hash == hash_token(session_id))
                          .values(revoked_at=func.now()))

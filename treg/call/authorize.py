@@ -25,7 +25,7 @@ from treg.context import Services
 from treg.domain import body_methods
 from treg.domain.deny import DenyRule, first_match, rule_needing_the_body
 from treg.errors import Forbidden
-from treg.tenancy import Identity
+from treg.identity import Identity
 
 
 async def org_deny_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:

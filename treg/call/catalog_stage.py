@@ -24,7 +24,7 @@ from treg.catalog.model import Endpoint
 from treg.context import Services
 from treg.oauth import credentials as oauth
 from treg.errors import TregError
-from treg.tenancy import Identity
+from treg.identity import Identity
 
 
 async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tuple[CallInput, bytes | None]:

@@ -16,15 +16,15 @@ import logging
 import zlib
 from typing import NamedTuple
 
-from treg import tenancy
+from treg import authentication
 from treg.call.state import CallState
 from treg.call.types import CallInput, PendingBody
 from treg.context import Services
 from treg.errors import BadRequest, DbPoolExhausted, TregError
 from treg.events import Event
+from treg.identity import Identity
 from treg.infra.upstream import header_text
 from treg.plugins import call_hook
-from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ async def identify(svc: Services, state: CallState) -> Identity:
     """Who calls. A 401 is answered and logged, not recorded: there is no org to record it under."""
     inp = state.inp
     try:
-        state.ident = ident = (tenancy.cached_identity(svc, inp.token, inp.org_hint)
-                               or await tenancy.authenticate(svc, inp.token, inp.org_hint))
+        state.ident = ident = (authentication.cached_identity(svc, inp.token, inp.org_hint)
+                               or await authentication.authenticate(svc, inp.token, inp.org_hint))
     except DbPoolExhausted as exc:
         _intake_failed(svc, inp, exc)
         raise

@@ -16,8 +16,8 @@ from treg.call.types import ToolRef
 from treg.context import Services
 from treg import tool_urls
 from treg.domain.access import tool_usable
+from treg.identity import Identity
 from treg.infra.schema import secrets, tools
-from treg.tenancy import Identity
 
 
 class OrgTools(tuple):  # type: ignore[type-arg]

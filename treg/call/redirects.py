@@ -49,8 +49,8 @@ from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.context import Services
 from treg.errors import NotFound
 from treg.frozen import frozen_value
+from treg.identity import Identity
 from treg.origin import path_prefix
-from treg.tenancy import Identity
 
 #: relayed header → the treg header that keeps the upstream's own value (upstream X-Treg-* never pass)
 KEPT_AS = {"location": "X-Treg-Upstream-Location", "content-location": "X-Treg-Upstream-Content-Location"}

@@ -27,7 +27,7 @@ from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
 from treg.catalog.search import with_pointer
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
-from treg.tenancy import Identity
+from treg.identity import Identity
 
 __all__ = ["OrgTools", "cached_org_tools", "org_tools", "parse_rest", "resolve", "resolve_target", "usable"]
 

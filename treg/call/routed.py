@@ -41,8 +41,8 @@ from treg.catalog.tiers import offer_tier
 from treg.context import Services
 from treg.errors import GatewayFailed, TregError
 from treg.frozen import frozen_value
+from treg.identity import Identity
 from treg.ids import new_id
-from treg.tenancy import Identity
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from treg.call.types import CallInput, ResolvedTarget
 from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
+from treg.identity import Identity
 from treg.infra.upstream import RawHeaders, UpstreamResponse
-from treg.tenancy import Identity
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from typing import Any, AsyncIterable, Awaitable, Callable, NamedTuple
 
 from treg.bindings import Binding
 from treg.frozen import frozen_value
+from treg.identity import Credential
 
 
 def split_query(raw: str) -> list[tuple[str, str | None]]:
@@ -32,7 +33,8 @@ class CallInput:
     raw_query: str  # raw query string without '?', '' when none
     #: every request header, in order, duplicates kept (X-Treg-Token among them: never in a repr)
     headers: tuple[tuple[str, str], ...] = field(repr=False)
-    token: str | None = field(repr=False)
+    #: the caller's X-Treg-Token, or a credential of another kind (the dashboard's session cookie)
+    token: str | Credential | None = field(repr=False)
     org_hint: str | None
     #: None: the caller sent no body; bytes: buffered (small, decoded, or JSON-bound); a PendingBody:
     #: the edge's reading waits for identity; else a stream

@@ -44,7 +44,7 @@ from treg.settings import Settings
 
 if TYPE_CHECKING:
     from treg.context import Services
-    from treg.tenancy import Identity
+    from treg.identity import Identity
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
 from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
                             catalog_input, catalog_search_tool, mcp_names, own_tool_input, tool_list)
-from treg.tenancy import Identity
+from treg.identity import Identity
 
 log = logging.getLogger(__name__)
 

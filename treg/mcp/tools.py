@@ -22,8 +22,8 @@ from treg.call.types import CallInput, ToolRef
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
 from treg.http_grammar import TOKEN
+from treg.identity import Credential, Identity
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
-from treg.tenancy import Credential, Identity
 
 CATALOG_SEARCH = "catalog_search"
 CATALOG_CALL = "catalog_call"
@@ -41,15 +41,14 @@ _SCALAR = {"type": ["string", "number", "integer", "boolean"]}
 class Authenticated(Credential):
     """The caller the MCP endpoint authenticated for this request, as the credential its calls run with:
     the pipeline's identify asks it rather than looking the token up a second time (one authentication per
-    request; the org hint is still checked against it). Empty text, like every Credential, so no token
-    cache can match it."""
+    request; the org hint is still checked against it). A Credential, not a token: no token cache is
+    asked for it."""
 
+    __slots__ = ("ident",)
     ident: Identity
 
-    def __new__(cls, ident: Identity) -> "Authenticated":
-        self = super().__new__(cls)
+    def __init__(self, ident: Identity) -> None:
         self.ident = ident
-        return self
 
     async def identity(self, svc: Any) -> Identity:
         return self.ident
@@ -60,7 +59,7 @@ class CallerContext:
     """What the MCP request itself says about the caller; ``token``, the credential its calls run with,
     is the identity the endpoint authenticated (:class:`Authenticated`)."""
 
-    token: str
+    token: str | Credential
     org_hint: str | None
     tag: str | None
     user_agent: str | None

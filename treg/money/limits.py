@@ -22,10 +22,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from treg.context import Services
 from treg.errors import BadRequest, NotFound, PaymentRequired
+from treg.identity import Identity, require_manager
 from treg.infra.db import Tx
 from treg.infra.schema import member_caps, members, money_daily, org_balances, tag_budgets
 from treg.money.ledger import ORG_SCOPE, TODAY, in_scopes, lock_account, scopes_of
-from treg.tenancy import Identity, require_manager
 
 # A tag is a short label: visible ASCII without spaces (it travels in a header and in URLs).
 _TAG = re.compile(r"\A[\x21-\x7e]{1,200}\Z")

@@ -17,7 +17,8 @@ from treg.errors import BadRequest, NotFound
 from treg.http_grammar import CTL
 from treg.infra.schema import oauth_apps
 from treg.oauth.errors import OAuthAppMissing, ProviderNotOAuth
-from treg.tenancy import Identity, refuse_unknown_fields, require_manager
+from treg.identity import Identity, require_manager
+from treg.management import refuse_unknown_fields
 
 APP_FIELDS = ("client_id", "client_secret")
 

@@ -26,7 +26,7 @@ from treg.errors import BadRequest, Forbidden, GatewayFailed, Gone, NotFound, Un
 from treg.infra.schema import oauth_connections as conns
 from treg.oauth import apps, links, store, token_client
 from treg.oauth.store import Tokens
-from treg.tenancy import changes
+from treg.org_changes import changes
 
 _LINK_COLUMNS = (conns.c.id, conns.c.org_id, conns.c.provider, conns.c.name, conns.c.status, conns.c.scopes,
                  conns.c.link_hash, conns.c.link_expires_at, func.now().label("db_now"))

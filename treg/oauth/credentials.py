@@ -20,7 +20,7 @@ from treg.errors import TregError
 from treg.oauth import store
 from treg.oauth.refresh import access_token, mark_stale  # noqa: F401 (the relay's hooks, named here)
 from treg.oauth.store import Tokens
-from treg.tenancy import Identity
+from treg.identity import Identity
 
 __all__ = ["connection_tokens", "credential_kind", "mark_stale", "offer_connect"]
 

@@ -9,7 +9,7 @@ from typing import Any
 from treg.context import Services
 from treg.errors import NotFound
 from treg.oauth import apps, refresh, store, token_client
-from treg.tenancy import Identity
+from treg.identity import Identity
 
 log = logging.getLogger("treg.oauth")
 

@@ -37,7 +37,7 @@ from treg.infra.schema import oauth_connections as conns
 from treg.oauth import apps, store, token_client
 from treg.oauth.errors import ConnectionMissing, ConnectionNeedsReauth, ConnectionNotActive, OAuthRefreshFailed
 from treg.oauth.store import Tokens
-from treg.tenancy import changes, forget_local, notify
+from treg.org_changes import changes, forget_local, notify
 
 log = logging.getLogger("treg.oauth")
 
@@ -47,7 +47,7 @@ _LEASE_COLUMNS = (*store.CACHED_COLUMNS, conns.c.lease_holder, conns.c.lease_unt
 
 
 def _asker() -> str | None:
-    """The member whose call this is (noted by authentication, treg/tenancy.py), for the consent page."""
+    """The member whose call this is (noted by authentication, treg/authentication.py), for the consent page."""
     caller = logs.CALLER.get()
     return caller[1] if caller else None
 

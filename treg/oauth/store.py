@@ -6,7 +6,7 @@ token endpoint said ``invalid_grant``: a person must consent again), ``denied`` 
 provider refused the code). A member sees their own connections and the shared ones; owners and admins
 every one; the creator, an owner or an admin may refresh or delete one.
 
-Every write of a row runs in ``tenancy.changes(svc, "connections", org_id)``: its NOTIFY drops the org's
+Every write of a row runs in ``org_changes.changes(svc, "connections", org_id)``: its NOTIFY drops the org's
 cached entries in every process, the connection rows among them (:func:`org_connections`, kept in the
 secrets cache under their own key), so a refreshed token or a deleted connection is seen by the next call
 everywhere.
@@ -33,7 +33,9 @@ from treg.oauth import apps, links
 from treg.oauth.errors import OAuthAppMissing
 from treg.oauth.provider import SCOPE_TOKEN
 from treg.settings import Settings
-from treg.tenancy import Identity, changes, forget_local, notify, refuse_unknown_fields
+from treg.identity import Identity
+from treg.management import refuse_unknown_fields
+from treg.org_changes import changes, forget_local, notify
 
 STATUSES = ("pending", "active", "needs_reauth", "denied")
 CREATE_FIELDS = ("provider", "scopes", "name", "shared", "redirect_after")

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Mapping
 
-from treg import money, tenancy
+from treg import membership, money
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing.client import RawReply, raw_exchange, raw_request_bytes
@@ -92,7 +92,7 @@ async def audit_row(gw: Gateway, call_id: str, *, bound: float = 10.0) -> dict[s
 
 async def open_org(client: Any, slug: str, email: str, *, credits: int = 0, actor: str = "test") -> Gateway:
     """A new org ``slug`` (owner ``email``) of the treg ``client`` talks to, granted ``credits``."""
-    org = await tenancy.create_org(client.app[SERVICES], slug=slug, email=email)
+    org = await membership.create_org(client.app[SERVICES], slug=slug, email=email)
     gw = Gateway(client, org)
     if credits:
         await money.grant(gw.services, org_id=org["org_id"], amount_micro=credits, actor=actor)

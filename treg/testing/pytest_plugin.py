@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from treg import tenancy
+from treg import membership
 from treg.app import create_app
 from treg.keys import SERVICES
 from treg.settings import Settings
@@ -98,7 +98,7 @@ async def client(make_app: Callable[..., web.Application], aiohttp_client: Any) 
 async def owner(client: Any) -> dict[str, Any]:
     """An org (slug ``acme``) and its owner; ``headers`` authenticate as the owner."""
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug="acme", email="owner@acme.test")
+    org = await membership.create_org(svc, slug="acme", email="owner@acme.test")
     org["headers"] = {"X-Treg-Token": org["token"]}
     return org
 
@@ -107,7 +107,7 @@ async def owner(client: Any) -> dict[str, Any]:
 async def gateway(make_app: Callable[..., web.Application], aiohttp_client: Any) -> AsyncIterator[Gateway]:
     """A treg that may relay to 127.0.0.0/8 (tests' upstreams), with org ``acme`` and its owner."""
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
-    org = await tenancy.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
     yield Gateway(client, org)
     await client.close()  # closing here, inside the test's loop, is ~1 s faster than aiohttp_client's teardown
 

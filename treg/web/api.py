@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg import calls, deny_rules, org_settings, secrets_store, tenancy, tools
+from treg import authentication, calls, deny_rules, membership, org_settings, secrets_store, tools
 from treg.context import Services
 from treg.errors import BadRequest
+from treg.identity import Identity
 from treg.keys import SERVICES
-from treg.tenancy import Identity
 from treg.web.jsonio import json_response, read_json_object
 
 routes = web.RouteTableDef()
@@ -16,7 +16,7 @@ routes = web.RouteTableDef()
 
 async def identify(request: web.Request) -> tuple[Services, Identity]:
     svc = request.app[SERVICES]
-    ident = await tenancy.authenticate(svc, request.headers.get("X-Treg-Token"), request.headers.get("X-Treg-Org"))
+    ident = await authentication.authenticate(svc, request.headers.get("X-Treg-Token"), request.headers.get("X-Treg-Org"))
     return svc, ident
 
 
@@ -31,13 +31,13 @@ async def me(request: web.Request) -> web.Response:
 @routes.post("/api/v1/members")
 async def add_member(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    return json_response(await tenancy.add_member(svc, ident, await read_json_object(request)), status=201)
+    return json_response(await membership.add_member(svc, ident, await read_json_object(request)), status=201)
 
 
 @routes.get("/api/v1/members")
 async def list_members(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    return json_response({"members": await tenancy.list_members(svc, ident)})
+    return json_response({"members": await membership.list_members(svc, ident)})
 
 
 @routes.post("/api/v1/tokens")
@@ -47,32 +47,32 @@ async def create_token(request: web.Request) -> web.Response:
     member_id = body.get("member_id")
     if member_id is not None and not isinstance(member_id, str):
         raise BadRequest("member_id must be a string", code="invalid_member")
-    return json_response(await tenancy.create_token(svc, ident, member_id), status=201)
+    return json_response(await membership.create_token(svc, ident, member_id), status=201)
 
 
 @routes.get("/api/v1/tokens")
 async def list_tokens(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    return json_response({"tokens": await tenancy.list_tokens(svc, ident)})
+    return json_response({"tokens": await membership.list_tokens(svc, ident)})
 
 
 @routes.delete("/api/v1/tokens/{token_id}")
 async def revoke_token(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    await tenancy.revoke_token(svc, ident, request.match_info["token_id"])
+    await membership.revoke_token(svc, ident, request.match_info["token_id"])
     return web.Response(status=204)
 
 
 @routes.post("/api/v1/projects")
 async def create_project(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    return json_response(await tenancy.create_project(svc, ident, await read_json_object(request)), status=201)
+    return json_response(await membership.create_project(svc, ident, await read_json_object(request)), status=201)
 
 
 @routes.get("/api/v1/projects")
 async def list_projects(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
-    return json_response({"projects": await tenancy.list_projects(svc, ident)})
+    return json_response({"projects": await membership.list_projects(svc, ident)})
 
 
 @routes.post("/api/v1/secrets")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg.tenancy import require_manager
+from treg.identity import require_manager
 from treg.web.api import identify
 from treg.web.jsonio import json_response
 

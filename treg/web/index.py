@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from treg import __version__, tenancy
+from treg import __version__, authentication
 from treg.call.resolve import org_tools, usable
 from treg.catalog.search import SEARCH_PATH
 from treg.errors import TregError
@@ -72,7 +72,7 @@ async def index(request: web.Request) -> web.StreamResponse:
     token = _token(request)
     if token:
         try:
-            ident = await tenancy.authenticate(svc, token, request.headers.get("X-Treg-Org"))
+            ident = await authentication.authenticate(svc, token, request.headers.get("X-Treg-Org"))
         except TregError as exc:
             body["you"] = {"token_accepted": False, "error": exc.code, "detail": exc.detail}
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg import __version__, tenancy
+from treg import __version__, authentication
 from treg.errors import BodyTooLarge, Forbidden, TregError, Unauthorized
 from treg.keys import SERVICES
 from treg.mcp.backend import PipelineBackend
@@ -106,7 +106,7 @@ async def serve(request: web.Request, *, catalog_only: bool) -> web.StreamRespon
             "(treg answers with JSON; there is no SSE stream and no session)", code="method_not_allowed",
             status=405, blame="caller", headers={"Allow": "POST"}), extra_headers=cors)
     try:
-        ident = await tenancy.authenticate(svc, _token(request), request.headers.get("X-Treg-Org"))
+        ident = await authentication.authenticate(svc, _token(request), request.headers.get("X-Treg-Org"))
     except Unauthorized as exc:
         if not _token(request):  # no token at all: say how an MCP client sends one
             exc.detail = "send your treg token as Authorization: Bearer <token> (or X-Treg-Token)"

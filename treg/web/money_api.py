@@ -8,8 +8,8 @@ from aiohttp import web
 
 from treg import money
 from treg.errors import BadRequest
+from treg.identity import require_manager
 from treg.money import limits
-from treg.tenancy import require_manager
 from treg.web.api import identify
 from treg.web.jsonio import json_response, read_json_object
 

@@ -5,7 +5,7 @@ catalog_api.py, money_api.py): each row is one ``(method, path)`` a route table 
 request body and answers. ``tests/test_openapi.py`` compares the table with the routes the app
 registers, both ways, so a route added without a row (or a row left after its route went) fails CI;
 ``tests/test_openapi_fuzz.py`` sends what this document allows (schemathesis) and checks the answers
-against it. The request schemas say what the domain modules accept (treg/tenancy.py, tools.py,
+against it. The request schemas say what the domain modules accept (treg/membership.py, tools.py,
 secrets_store.py, deny_rules.py, treg/money/limits.py): a body the schema allows may still be refused
 for a reason no schema can express (an unknown project id, a duplicate name), always with the error body.
 

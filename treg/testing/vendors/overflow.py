@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from treg import hookimpl, money, tenancy
+from treg import hookimpl, membership, money
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing.events import Events
@@ -195,7 +195,7 @@ async def make_world(make_app, aiohttp_server, aiohttp_client, *, credits: int =
     app = make_app(extra_plugins=(AcmePlugin(vendor.url + "/v1"), events), **settings_for(vendor, orth, monid, **over))
     client = await aiohttp_client(app)
     svc = client.app[SERVICES]
-    org = await tenancy.create_org(svc, slug=org_slug, email=f"owner@{org_slug}.test")
+    org = await membership.create_org(svc, slug=org_slug, email=f"owner@{org_slug}.test")
     if credits:
         await money.grant(svc, org_id=org["org_id"], amount_micro=credits, actor="test")
     return World(Gateway(client, org), vendor, orth, monid, events)

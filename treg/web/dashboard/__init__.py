@@ -1,6 +1,6 @@
 """The dashboard (``/ui/``): server-rendered pages over the same management functions as the API.
 
-aiohttp only here, at the edge; every page calls treg/tenancy.py, tools.py, secrets_store.py,
+aiohttp only here, at the edge; every page calls treg/membership.py, tools.py, secrets_store.py,
 deny_rules.py, calls.py, treg/money/ and treg/catalog/ exactly as treg/web/api.py does, so a form
 is validated by the code that validates a JSON body. Sessions and CSRF: treg/ui_sessions.py and
 docs/dashboard.md. Templates and static files: the top-level ``templates/`` folder, installed as the

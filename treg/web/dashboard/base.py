@@ -17,10 +17,10 @@ from aiohttp import web
 from treg import ui_sessions
 from treg.context import Services
 from treg.errors import BadRequest, TregError
+from treg.identity import Identity
 from treg.keys import SERVICES, SETTINGS
 from treg.origin import path_prefix, public_https
 from treg.settings import Settings
-from treg.tenancy import Identity
 from treg.ui_sessions import COOKIE, Session
 from treg.web import forwarded
 from treg.web.jsonio import read_body

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg import calls, deny_rules, money, secrets_store, tenancy, tools, ui_sessions
+from treg import calls, deny_rules, membership, money, secrets_store, tools, ui_sessions
 from treg.catalog import ladder
 from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
@@ -201,7 +201,7 @@ async def _tools_page(p: Page, *, status: int = 200, errors: dict[str, str] | No
                       form: dict[str, str] | None = None, editing: dict[str, Any] | None = None) -> web.StreamResponse:
     rows = await tools.list_tools(p.svc, p.ident)
     secrets = await secrets_store.list_secrets(p.svc, p.ident) if p.ident.is_manager else []
-    projects = await tenancy.list_projects(p.svc, p.ident)
+    projects = await membership.list_projects(p.svc, p.ident)
     return p.render("tools.html", "tools", status=status, tools=rows, secrets=secrets, projects=projects,
                     errors=errors or {}, form=form if form is not None else {}, editing=editing,
                     locations=sorted(p.svc.injectors), binding_rows=range(BINDING_ROWS),
@@ -297,11 +297,11 @@ async def secrets_delete(p: Page) -> web.StreamResponse:
 
 async def _members_page(p: Page, *, status: int = 200, errors: dict[str, str] | None = None,
                         new_token: dict[str, Any] | None = None) -> web.StreamResponse:
-    members = await tenancy.list_members(p.svc, p.ident) if p.ident.is_manager else []
-    token_rows = await tenancy.list_tokens(p.svc, p.ident)
-    projects = await tenancy.list_projects(p.svc, p.ident)
+    members = await membership.list_members(p.svc, p.ident) if p.ident.is_manager else []
+    token_rows = await membership.list_tokens(p.svc, p.ident)
+    projects = await membership.list_projects(p.svc, p.ident)
     return p.render("members.html", "members", status=status, members=members, tokens=token_rows,
-                    projects=projects, errors=errors or {}, new_token=new_token, roles=tenancy.ROLES,
+                    projects=projects, errors=errors or {}, new_token=new_token, roles=membership.ROLES,
                     emails={m["member_id"]: m["email"] for m in members} | {p.ident.member_id: p.ident.email})
 
 
@@ -318,7 +318,7 @@ async def members_add(p: Page) -> web.StreamResponse:
     if p.form.get("project_id"):
         body["project_ids"] = [p.form["project_id"]]
     try:
-        out = await tenancy.add_member(p.svc, p.ident, body)
+        out = await membership.add_member(p.svc, p.ident, body)
     except TregError as exc:
         return await _members_page(p, status=exc.status, errors=field_error(exc, {
             "email": ("invalid_email", "member_exists"), "role": ("invalid_role", "forbidden_role"),
@@ -330,14 +330,14 @@ async def members_add(p: Page) -> web.StreamResponse:
 @routes.post("/ui/tokens")
 @page
 async def tokens_create(p: Page) -> web.StreamResponse:
-    out = await tenancy.create_token(p.svc, p.ident, p.form.get("member_id") or None)
+    out = await membership.create_token(p.svc, p.ident, p.form.get("member_id") or None)
     return await _members_page(p, status=201, new_token={"token": out["token"], "for": out["member_id"]})
 
 
 @routes.post("/ui/tokens/{token_id}/revoke")
 @page
 async def tokens_revoke(p: Page) -> web.StreamResponse:
-    await tenancy.revoke_token(p.svc, p.ident, p.request.match_info["token_id"])
+    await membership.revoke_token(p.svc, p.ident, p.request.match_info["token_id"])
     return see_other(p.request, "/ui/members", done="Token revoked.")
 
 

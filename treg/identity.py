@@ -1,0 +1,56 @@
+"""Who is calling: the :class:`Identity` every stage and management function is handed, the role rule
+on it, and :class:`Credential`, the kinds of credential that are not a token.
+
+The value only, importable from any layer (the catalog's ladder and the call stages read it): this
+module imports nothing of treg but its errors. Finding the identity behind a token or a credential is
+treg/authentication.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from treg.errors import Forbidden
+
+MANAGER_ROLES = ("owner", "admin")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling: resolved from ``X-Treg-Token`` (and checked against ``X-Treg-Org``)."""
+
+    org_id: str
+    org_slug: str
+    member_id: str
+    user_id: str
+    email: str
+    role: str
+    #: None: every project of the org
+    project_ids: tuple[str, ...] | None
+    token_id: str
+
+    @property
+    def is_manager(self) -> bool:
+        return self.role in MANAGER_ROLES
+
+
+class Credential:
+    """A call's identity that is not a token, one kind per subclass (the dashboard's session cookie with
+    its ``X-Treg-CSRF``: ``SessionCookie``, treg/ui_sessions.py). Its own :meth:`identity` finds the
+    caller: :func:`treg.authentication.authenticate` asks it instead of the tokens table, and nothing
+    that reads a token (the identity cache) takes one."""
+
+    __slots__ = ()
+
+    async def identity(self, svc: Any) -> Identity:
+        """The caller; ``svc`` is the process's ``Services`` (treg/context.py, a layer above this one)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}('***')"
+
+
+def require_manager(ident: Identity) -> None:
+    if not ident.is_manager:
+        raise Forbidden("only an org owner or admin may do this", code="forbidden_role")
