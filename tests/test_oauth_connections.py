@@ -336,11 +336,17 @@ async def test_invalid_grant_needs_reauth_and_reconsent_keeps_the_connection(gw,
     assert r.status == 409 and body["error"] == "connection_needs_reauth" and body["blame"] == "caller"
     assert body["connect_url"].startswith(f"http://127.0.0.1:{gw.client.port}/oauth/connect/")
     assert r.headers["X-Treg-Error"] == "1"
-    again = await (await gw.call("GET", "/catalog/call/oauthy.me")).json()
-    assert again["error"] in ("no_credential",)  # needs_reauth is not a tier of the ladder
+    # a catalog call it served answers the same (not a new connection's no_credential), the same link
+    r = await gw.call("GET", "/catalog/call/oauthy.me")
+    again = await r.json()
+    assert r.status == 409 and again["error"] == "connection_needs_reauth"
+    assert again["connect_url"] == body["connect_url"] and "X-Treg-Cost-Micro" not in r.headers
     detail = await gw.api("GET", f"/api/v1/connections/{created['id']}", expect=200)
     assert detail["status"] == "needs_reauth" and detail["refreshes"][0]["outcome"] == "invalid_grant"
     assert detail["connect_url"] == body["connect_url"]
+    r = await gw.call("POST", f"/api/v1/connections/{created['id']}/refresh")
+    forced = await r.json()
+    assert r.status == 409 and forced["error"] == "connection_not_active" and forced["connect_url"] == body["connect_url"]
     fake.mode = "ok"
     done = await consent_by_http(body["connect_url"])
     assert done.callback_status == 200

@@ -54,8 +54,7 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
     try:
         cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
     except NoCredential as exc:  # a provider that declares OAuth: the refusal carries a connect_url
-        await oauth.offer_connect(svc, ident, endpoint.provider, exc)
-        raise
+        raise await oauth.no_credential(svc, ident, endpoint.provider, exc) from None
     tool = None
     if cat.tool_id is not None:
         tool = next((t for t in await org_tools(svc, ident.org_id) if t.id == cat.tool_id), None)

@@ -5,8 +5,9 @@ connection"): each is one call at one place, so the stages stay as they are.
   token of each connection the bindings name, refreshed first when due, with no database connection held
   across the token endpoint; :func:`mark_stale` after an upstream 401 (``relay.send``);
 * the audit row: :func:`credential_kind` (``treg/call/record.py``);
-* the catalog ladder's dead end: :func:`offer_connect` (``treg/call/catalog_stage.py``), a ``connect_url``
-  on a ``no_credential`` refusal for a provider that declares OAuth.
+* the catalog ladder's dead end: :func:`no_credential` (``treg/call/catalog_stage.py``), a ``connect_url``
+  on a ``no_credential`` refusal for a provider that declares OAuth (or the re-consent of a connection
+  that needs one).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from treg.bindings import Binding
 from treg.context import Services
 from treg.errors import TregError
 from treg.oauth import store
-from treg.oauth.refresh import access_token, mark_stale  # noqa: F401 (the relay's hooks, named here)
+from treg.oauth.refresh import access_token, inactive, mark_stale  # noqa: F401 (the relay's hooks, named here)
 from treg.oauth.store import Tokens
 from treg.identity import Identity
 
-__all__ = ["connection_tokens", "credential_kind", "mark_stale", "offer_connect"]
+__all__ = ["connection_tokens", "credential_kind", "mark_stale", "no_credential", "offer_connect"]
 
 
 async def connection_tokens(svc: Services, org_id: str, bindings: Iterable[Binding]) -> dict[str, tuple[Tokens, int]]:
@@ -48,14 +49,30 @@ def credential_kind(bindings: Iterable[Binding]) -> tuple[str | None, str | None
     return kind, None
 
 
+async def no_credential(svc: Services, ident: Identity, provider_id: str, exc: TregError) -> TregError:
+    """What a catalog call that found no credential for ``provider_id`` answers, when the provider declares
+    OAuth: a connection of the caller's there (its own, or the org's shared one) that needs a person to
+    consent again is 409 ``connection_needs_reauth`` with the link that re-consents it (the calls it served
+    answer that until someone does); else the ``no_credential`` refusal itself, carrying ``connect_url``
+    (:func:`offer_connect`). Any other provider: ``exc`` as it is."""
+    provider = svc.catalog.providers.get(provider_id)
+    if provider is None or provider.oauth is None:
+        return exc
+    cached = await store.org_connections(svc, ident.org_id)
+    lapsed = [r for r in cached.rows.values() if r["provider"] == provider_id and r["status"] == "needs_reauth"
+              and (r["shared"] or r["created_by"] == ident.member_id)]
+    if lapsed:
+        newest = max(lapsed, key=lambda r: (not r["shared"], r["created_at"], r["id"]))  # the own tier first
+        return await inactive(svc, newest)
+    await offer_connect(svc, ident, provider_id, exc)
+    return exc
+
+
 async def offer_connect(svc: Services, ident: Identity, provider_id: str, exc: TregError) -> None:
-    """A catalog call found no credential for ``provider_id``: when it declares OAuth, the refusal carries
+    """A catalog call found no credential for ``provider_id``, which declares OAuth: the refusal carries
     ``connect_url`` (the caller's pending connection while its link is valid, else a fresh one) and a
     ``hint`` saying a person must open it; without an OAuth app at the provider, a hint naming who can add
     one. The body stays ``no_credential`` (over HTTP and MCP alike)."""
-    provider = svc.catalog.providers.get(provider_id)
-    if provider is None or provider.oauth is None:
-        return
     offered = await store.pending_link(svc, ident, provider_id, origin.request_base(svc.settings))
     if offered is None:
         exc.extra["hint"] = (f"{provider_id} takes an OAuth connection, and neither this org nor the deployment "

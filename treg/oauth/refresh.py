@@ -251,10 +251,12 @@ async def force_refresh(svc: Services, org_id: str, cid: str) -> tuple[Tokens, i
     if row is None:
         raise ConnectionMissing(f"connection {cid} no longer exists", connection_id=cid)
     if row["status"] != "active":
-        if row["status"] == "needs_reauth":
-            raise await inactive(svc, row)
+        link = None
+        if row["status"] == "needs_reauth":  # the way out, as a call through it would answer
+            link = await store.reconsent_link(svc, org_id, cid, _asker(), origin.request_base(svc.settings))
         raise ConnectionNotActive(f"connection {cid} is {row['status']}, not active: only an active connection "
-                                  "has a token to refresh", connection_id=cid, connection_status=row["status"])
+                                  "has a token to refresh", connection_id=cid, connection_status=row["status"],
+                                  connect_url=link)
     return await refresh_shared(svc, row, force=True)
 
 
