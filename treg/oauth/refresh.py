@@ -158,10 +158,13 @@ async def _refresh(svc: Services, org_id: str, cid: str, seen_version: int, forc
     assert row is not None
     try:
         return await _run(svc, row, holder)
-    except BaseException as exc:
-        if isinstance(exc, (asyncio.CancelledError, Exception)) and not isinstance(exc, TregError):
-            # shutdown, or a bug: the lease goes back now rather than when it expires
+    except BaseException:
+        # whatever ended it (shutdown, a key that cannot open the tokens, a bug): the lease goes back now
+        # rather than when it expires; a no-op when the refresh gave it back already
+        try:
             await asyncio.shield(_release(svc, row, holder, "failed"))
+        except Exception as exc:  # noqa: BLE001 (the lease then expires by itself)
+            log.warning("oauth: the lease of connection %s was not released (%s)", row["id"], type(exc).__name__)
         raise
 
 
@@ -218,18 +221,21 @@ async def _write(svc: Services, row: dict[str, Any], holder: str, fresh: Tokens,
         written = await tx.fetch_one(update(conns).where(and_(conns.c.id == cid, conns.c.lease_holder == holder))
                                      .values(**values).returning(conns.c.token_version))
         outcome = "ok" if written is not None else "failed"
-        await store.record_refresh(tx, org_id, cid, outcome)
+        await store.record_refresh(tx, org_id, cid, outcome)  # nothing when the connection was deleted meanwhile
     svc.metrics.oauth_refresh(outcome)
     return written["token_version"] if written is not None else None
 
 
 async def _release(svc: Services, row: dict[str, Any], holder: str, outcome: str) -> None:
-    """The lease given back (if still ours), the outcome recorded; the tokens are unchanged."""
+    """The lease given back and the outcome recorded, if the lease is still ours (else nothing: it was
+    given back already, or passed to another process); the tokens are unchanged."""
     async with svc.db.tx() as tx:
-        await tx.execute(update(conns).where(and_(conns.c.id == row["id"], conns.c.lease_holder == holder))
-                         .values(lease_holder=None, lease_until=None))
-        await store.record_refresh(tx, row["org_id"], row["id"], outcome)
-    svc.metrics.oauth_refresh(outcome)
+        released = await tx.execute(update(conns).where(and_(conns.c.id == row["id"], conns.c.lease_holder == holder))
+                                    .values(lease_holder=None, lease_until=None))
+        if released:
+            await store.record_refresh(tx, row["org_id"], row["id"], outcome)
+    if released:
+        svc.metrics.oauth_refresh(outcome)
 
 
 async def _needs_reauth(svc: Services, row: dict[str, Any], holder: str, why: str) -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 from urllib.parse import urlsplit
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, literal, or_, select, update
 
 from treg import origin
 from treg.context import Services
@@ -403,5 +403,9 @@ async def page_context(svc: Services, row_id: str) -> dict[str, Any] | None:
 
 
 async def record_refresh(tx: Tx, org_id: str, connection_id: str, outcome: str) -> None:
-    await tx.execute(insert(oauth_refreshes).values(id=new_id("ref"), connection_id=connection_id, org_id=org_id,
-                                                    outcome=outcome))
+    """One refresh's outcome in the connection's history (none when the connection was deleted meanwhile)."""
+    rows = select(literal(new_id("ref")), conns.c.id, conns.c.org_id, literal(outcome)).where(
+        and_(conns.c.id == connection_id, conns.c.org_id == org_id))
+    await tx.execute(insert(oauth_refreshes).from_select(
+        [oauth_refreshes.c.id, oauth_refreshes.c.connection_id, oauth_refreshes.c.org_id, oauth_refreshes.c.outcome],
+        rows))
