@@ -13,7 +13,6 @@ from treg import membership
 from treg.keys import SERVICES
 from treg.testing import ProviderPlugin, audit_row
 from treg.testing.gateway import Gateway
-from treg.testing.vendors import oauth as vendor
 from treg.testing.vendors.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuth, consent_by_http, provider_row
 
 
@@ -69,8 +68,8 @@ async def test_an_org_app_is_write_only_and_the_deployment_one_stands_in(gw, mak
     assert r.status == 404 and (await r.json())["error"] == "oauth_app_missing" and r.headers["X-Treg-Error"] == "1"
     r = await gw.call("POST", "/api/v1/connections", json={"provider": "oauthy"})
     assert r.status == 422 and (await r.json())["error"] == "oauth_app_missing"
-    out = await gw.api("PUT", "/api/v1/oauth-apps/oauthy", json={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
-                       expect=200)
+    out = await gw.api("PUT", "/api/v1/oauth-apps/oauthy",
+                       json={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET}, expect=200)
     assert out == {"provider": "oauthy", "client_id": CLIENT_ID, "source": "org"}
     got = await gw.api("GET", "/api/v1/oauth-apps/oauthy", expect=200)
     assert got == out and CLIENT_SECRET not in json.dumps(got)
@@ -108,7 +107,8 @@ async def test_an_org_app_is_write_only_and_the_deployment_one_stands_in(gw, mak
 def test_the_deployment_app_is_read_from_prefixed_settings():
     from treg import settings as settings_mod
 
-    s = settings_mod.load({"TREG_OAUTH_CLIENT_ID_MY_PROVIDER": "cid", "TREG_OAUTH_CLIENT_SECRET_MY_PROVIDER": "cs-Zq9-unique"})
+    s = settings_mod.load({"TREG_OAUTH_CLIENT_ID_MY_PROVIDER": "cid",
+                           "TREG_OAUTH_CLIENT_SECRET_MY_PROVIDER": "cs-Zq9-unique"})
     client_id, secret = s.oauth_client("my-provider")
     assert client_id == "cid" and secret.reveal() == "cs-Zq9-unique" and "cs-Zq9-unique" not in repr(s)
     assert settings_mod.load({"TREG_OAUTH_CLIENT_ID_X": "cid"}).oauth_client("x") is None  # both or none
@@ -159,8 +159,8 @@ async def test_a_replayed_state_a_swapped_code_and_a_foreign_post_change_nothing
     r = await gw.client.post(_path(created["connect_url"]), data={"consent_token": token},
                              headers={"Origin": "https://evil.example"}, allow_redirects=False)
     assert r.status == 403 and "Location" not in r.headers
-    r = await gw.client.post(_path(created["connect_url"]), data={}, headers={"Origin": f"http://127.0.0.1:{gw.client.port}"},
-                             allow_redirects=False)
+    r = await gw.client.post(_path(created["connect_url"]), data={},
+                             headers={"Origin": f"http://127.0.0.1:{gw.client.port}"}, allow_redirects=False)
     assert r.status == 403 and "Location" not in r.headers  # without the page's token
     # the real flow, stopped before the provider answers
     done = await consent_by_http(created["connect_url"], follow_authorize=False)
@@ -346,7 +346,8 @@ async def test_invalid_grant_needs_reauth_and_reconsent_keeps_the_connection(gw,
     assert detail["connect_url"] == body["connect_url"]
     r = await gw.call("POST", f"/api/v1/connections/{created['id']}/refresh")
     forced = await r.json()
-    assert r.status == 409 and forced["error"] == "connection_not_active" and forced["connect_url"] == body["connect_url"]
+    assert r.status == 409 and forced["error"] == "connection_not_active"
+    assert forced["connect_url"] == body["connect_url"]
     fake.mode = "ok"
     done = await consent_by_http(body["connect_url"])
     assert done.callback_status == 200

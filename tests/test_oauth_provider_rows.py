@@ -12,9 +12,10 @@ from treg.startup import invoke_startup
 from treg.testing import ProviderPlugin, contract_provider, make_settings
 from treg.testing.catalogs import _builtin_injectors
 
-BLOCK = {"authorize_url": "https://auth.acme.example/oauth/authorize", "token_url": "https://auth.acme.example/oauth/token",
-         "revoke_url": "https://auth.acme.example/oauth/revoke", "scopes": ["items.read"], "scope_separator": " ",
-         "client_auth": "basic", "authorize_params": {"access_type": "offline"}}
+BLOCK = {"authorize_url": "https://auth.acme.example/oauth/authorize",
+         "token_url": "https://auth.acme.example/oauth/token", "revoke_url": "https://auth.acme.example/oauth/revoke",
+         "scopes": ["items.read"], "scope_separator": " ", "client_auth": "basic",
+         "authorize_params": {"access_type": "offline"}}
 
 
 def _problems(oauth, *, http: bool = False, **row):
@@ -33,7 +34,8 @@ def test_the_contract_block_loads_into_a_frozen_type():
     assert block.token_url == BLOCK["token_url"] and block.scopes == ("items.read",)
     assert block.authorize_params == (("access_type", "offline"),) and block.client_auth == "basic"
     assert registry.providers["acme"].to_json()["oauth"]["revoke_url"] == BLOCK["revoke_url"]
-    minimal = contract_provider() | {"oauth": {"authorize_url": BLOCK["authorize_url"], "token_url": BLOCK["token_url"]}}
+    minimal = contract_provider() | {"oauth": {"authorize_url": BLOCK["authorize_url"],
+                                               "token_url": BLOCK["token_url"]}}
     block = build_catalog([("p", [minimal])], _builtin_injectors()).providers["acme"].oauth
     assert block.revoke_url is None and block.scope_separator == " " and block.client_auth == "basic"
 

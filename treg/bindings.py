@@ -2,7 +2,8 @@
 
 A binding says where one credential goes: ``{location, name, format?, secret_id?, connection_id?,
 platform_setting?, secret_field?}`` (exactly one of ``secret_id``, ``connection_id`` and
-``platform_setting``; a connection's access token is the value: docs/oauth.md). An :class:`Injector` (registered by a plugin for its ``location``) validates bindings at
+``platform_setting``; a connection's access token is the value: docs/oauth.md). An :class:`Injector`
+(registered by a plugin for its ``location``) validates bindings at
 registration time and writes the rendered value into the outgoing request at call time.
 """
 

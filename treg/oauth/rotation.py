@@ -18,7 +18,8 @@ async def rotate_blobs(svc: Services, new_box: SecretBox) -> int:
     moved = 0
     while True:
         async with svc.db.tx() as tx:
-            rows = await tx.fetch_all(select(oauth_apps.c.org_id, oauth_apps.c.provider, oauth_apps.c.client_secret_blob)
+            rows = await tx.fetch_all(select(oauth_apps.c.org_id, oauth_apps.c.provider,
+                                             oauth_apps.c.client_secret_blob)
                                       .where(oauth_apps.c.key_id != new_box.key_id).limit(BATCH)
                                       .with_for_update(skip_locked=True))
             for r in rows:

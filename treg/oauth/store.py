@@ -170,10 +170,10 @@ async def issue_link(svc: Services, tx: Tx, org_id: str, connection_id: str,
     """A fresh single-use connect link for the connection (the one it had stops working); (opaque, expiry)."""
     nonce = links.random_value()
     opaque = links.link_opaque(svc.box.current, connection_id, nonce)
+    ttl = dt.timedelta(seconds=svc.settings.oauth_connect_ttl_s)
     row = await tx.fetch_one(update(conns).where(and_(conns.c.id == connection_id, conns.c.org_id == org_id))
                              .values(link_nonce=nonce, link_hash=links.digest(opaque), asked_by=asked_by,
-                                     link_expires_at=func.now() + dt.timedelta(seconds=svc.settings.oauth_connect_ttl_s),
-                                     updated_at=func.now())
+                                     link_expires_at=func.now() + ttl, updated_at=func.now())
                              .returning(conns.c.link_expires_at))
     assert row is not None
     return opaque, row["link_expires_at"]

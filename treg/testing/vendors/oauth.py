@@ -200,7 +200,8 @@ def provider_row(base: str, *, pid: str = PROVIDER, revoke: bool = True, scopes:
         "auth": [{"location": "header", "name": "Authorization", "format": "Bearer {secret}"}],
         "oauth": oauth,
         "endpoints": [
-            {"id": f"{pid}.items.list", "method": "GET", "path": "/items", "params": [], "price": {"per_call_micro": 0}},
+            {"id": f"{pid}.items.list", "method": "GET", "path": "/items", "params": [],
+             "price": {"per_call_micro": 0}},
             {"id": f"{pid}.me", "method": "GET", "path": "/me", "params": [], "price": {"per_call_micro": 0}},
         ],
     }
