@@ -9,27 +9,22 @@ import json
 
 import pytest
 
-from treg import membership
-from treg.keys import SERVICES
-from treg.testing import ProviderPlugin, audit_row
+from treg.testing import audit_row
 from treg.testing.gateway import Gateway
-from treg.testing.vendors.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuth, consent_by_http, provider_row
+from treg.testing.vendors.oauth import (CLIENT_ID, CLIENT_SECRET, FakeOAuth, consent_by_http, oauth_gateway,
+                                        provider_row)
 
 
 @pytest.fixture
-async def fake():
-    async with FakeOAuth() as server:
-        yield server
+def fake(fake_oauth):
+    return fake_oauth
 
 
 @pytest.fixture
 async def gw(make_app, aiohttp_client, fake):
-    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
-                                           ssrf_allow=("127.0.0.0/8",)))
-    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
-    g = Gateway(client, org)
-    yield g
-    await client.close()
+    """A treg serving ``oauthy`` (the fake), org ``acme``, no OAuth app yet (:func:`register_app`)."""
+    async with oauth_gateway(aiohttp_client, make_app, provider_row(fake.url), client=None) as g:
+        yield g
 
 
 async def register_app(gw: Gateway) -> None:
@@ -90,18 +85,14 @@ async def test_an_org_app_is_write_only_and_the_deployment_one_stands_in(gw, mak
 
     from treg.settings import SecretStr
 
-    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
-                                           ssrf_allow=("127.0.0.0/8",),
-                                           oauth_client_ids={"OAUTHY": CLIENT_ID},
-                                           oauth_client_secrets={"OAUTHY": SecretStr(CLIENT_SECRET)}))
-    org = await membership.create_org(client.app[SERVICES], slug="dep", email="o@dep.test")
-    other = Gateway(client, org)
-    assert await other.api("GET", "/api/v1/oauth-apps/oauthy", expect=200) == {
-        "provider": "oauthy", "client_id": CLIENT_ID, "source": "deployment"}
-    created = await connect(other)
-    r = await other.call("GET", "/catalog/call/oauthy.me")
-    assert r.status == 200 and (await r.json())["user"] == "alice", created
-    await client.close()
+    async with oauth_gateway(aiohttp_client, make_app, provider_row(fake.url), client=None, slug="dep",
+                             oauth_client_ids={"OAUTHY": CLIENT_ID},
+                             oauth_client_secrets={"OAUTHY": SecretStr(CLIENT_SECRET)}) as other:
+        assert await other.api("GET", "/api/v1/oauth-apps/oauthy", expect=200) == {
+            "provider": "oauthy", "client_id": CLIENT_ID, "source": "deployment"}
+        created = await connect(other)
+        r = await other.call("GET", "/catalog/call/oauthy.me")
+        assert r.status == 200 and (await r.json())["user"] == "alice", created
 
 
 def test_the_deployment_app_is_read_from_prefixed_settings():
@@ -517,11 +508,11 @@ async def test_rotate_key_moves_the_client_secret_and_the_tokens(gw, fake):
 
 
 async def test_a_lease_left_by_a_dead_process_is_taken_over_once_it_expires(make_app, aiohttp_client, fake):
-    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
-                                           ssrf_allow=("127.0.0.0/8",), oauth_refresh_lease_s=2.0))
-    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
-    gw = Gateway(client, org)
-    await register_app(gw)
+    async with oauth_gateway(aiohttp_client, make_app, provider_row(fake.url), oauth_refresh_lease_s=2.0) as gw:
+        await _dead_lease_taken_over(gw, fake)
+
+
+async def _dead_lease_taken_over(gw: Gateway, fake: FakeOAuth) -> None:
     created = await connect(gw)
     async with gw.services.db.tx() as tx:  # a process took the lease and died
         await tx.execute("UPDATE oauth_connections SET lease_holder = 'dead:1', lease_until = now() + interval '1.5 s'")
@@ -530,7 +521,6 @@ async def test_a_lease_left_by_a_dead_process_is_taken_over_once_it_expires(make
     assert r.status == 200 and fake.refreshes() == 1
     detail = await gw.api("GET", f"/api/v1/connections/{created['id']}", expect=200)
     assert detail["refreshes"][0]["outcome"] == "ok"
-    await client.close()
 
 
 async def test_a_token_without_expires_in_is_refreshed_only_after_a_401(gw, fake):
@@ -558,13 +548,15 @@ async def test_an_answer_without_a_new_refresh_token_keeps_the_old_one(gw, fake)
 
 
 async def test_connect_urls_and_the_redirect_uri_come_from_treg_public_url(make_app, aiohttp_client, fake):
+    async with oauth_gateway(aiohttp_client, make_app, provider_row(fake.url),
+                             public_url="https://gw.example.com/treg") as gw:
+        await _behind_a_proxy(gw)
+
+
+async def _behind_a_proxy(gw: Gateway) -> None:
     from urllib.parse import parse_qs, urlsplit
 
-    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
-                                           ssrf_allow=("127.0.0.0/8",), public_url="https://gw.example.com/treg"))
-    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
-    gw = Gateway(client, org)
-    await register_app(gw)
+    client = gw.client
     created = await gw.api("POST", "/api/v1/connections", json={"provider": "oauthy"},
                            as_={**gw.owner, "Host": "evil.example"}, expect=201)
     assert created["connect_url"].startswith("https://gw.example.com/treg/oauth/connect/")
@@ -585,7 +577,6 @@ async def test_connect_urls_and_the_redirect_uri_come_from_treg_public_url(make_
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
     r = await gw.call("GET", "/catalog/call/oauthy.me")
     assert (await r.json())["connect_url"].startswith("https://gw.example.com/treg/oauth/connect/")
-    await client.close()
 
 
 async def test_an_echoed_token_is_masked_in_evidence_in_every_encoding(gw, fake, up):

@@ -8,40 +8,25 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from treg import membership
-from treg.keys import SERVICES
-from treg.testing import ProviderPlugin
-from treg.testing import browser as chromium_browser
-from treg.testing.gateway import Gateway
-from treg.testing.vendors.oauth import CLIENT_ID, CLIENT_SECRET, FakeOAuth, provider_row
+from treg.testing.vendors.oauth import oauth_gateway, provider_row
 
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
 
 
 @pytest.fixture
-async def browser():
-    if (why := chromium_browser.skip_reason()) is not None:
-        pytest.skip(why)
-    async with chromium_browser.chromium() as b:
-        yield b
+async def browser(chromium):
+    return chromium
 
 
 @pytest.fixture
-async def fake():
-    async with FakeOAuth() as server:
-        yield server
+def fake(fake_oauth):
+    return fake_oauth
 
 
 @pytest.fixture
 async def gw(make_app, aiohttp_client, fake):
-    client = await aiohttp_client(make_app(extra_plugins=(ProviderPlugin([provider_row(fake.url)]),),
-                                           ssrf_allow=("127.0.0.0/8",)))
-    org = await membership.create_org(client.app[SERVICES], slug="acme", email="owner@acme.test")
-    g = Gateway(client, org)
-    await g.api("PUT", "/api/v1/oauth-apps/oauthy", json={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET},
-                expect=200)
-    yield g
-    await client.close()
+    async with oauth_gateway(aiohttp_client, make_app, provider_row(fake.url)) as g:
+        yield g
 
 
 async def _logged_in(browser, gw, token):

@@ -13,7 +13,6 @@ from treg import membership
 from treg.keys import SERVICES
 from treg.oauth import store
 from treg.testing import ProviderPlugin, audit_row
-from treg.testing import browser as chromium_browser
 from treg.testing.gateway import Gateway
 from treg.testing.oauth_server import CLIENT_ID, CLIENT_SECRET, DotServer, consent_in_browser
 
@@ -22,11 +21,8 @@ pytest.importorskip("oauth2_provider", reason="django-oauth-toolkit is not insta
 
 
 @pytest.fixture
-async def browser():
-    if (why := chromium_browser.skip_reason()) is not None:
-        pytest.skip(why)
-    async with chromium_browser.chromium() as b:
-        yield b
+async def browser(chromium):
+    return chromium
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import aiohttp
 import pytest
 
 from treg.testing import Api, assert_clean_exits, run_treg, serve_pair, stop_all, treg_env
-from treg.testing import browser as chromium_browser
 from treg.testing.oauth_server import CLIENT_ID, CLIENT_SECRET, DotServer, consent_in_browser
 from treg.testing.vendors import oauth as vendor
 
@@ -22,11 +21,8 @@ SKEW_S = 2
 
 
 @pytest.fixture
-async def browser():
-    if (why := chromium_browser.skip_reason()) is not None:
-        pytest.skip(why)
-    async with chromium_browser.chromium() as b:
-        yield b
+async def browser(chromium):
+    return chromium
 
 
 def _env(tmp_path, dsn, settings, plugins, **extra):

@@ -16,13 +16,15 @@ token endpoint (the real, independent server is :mod:`treg.testing.oauth_server`
   revoked or expired token.
 
 ``provider_row(fake)`` is the catalog row declaring it (``oauthy``); ``write_plugin`` writes the same row
-as a plugin file for ``treg serve`` processes.
+as a plugin file for ``treg serve`` processes; ``oauth_gateway`` is a treg serving a row, with an org
+and its OAuth app.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import html
 import json
@@ -31,7 +33,7 @@ import secrets as pysecrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 from urllib.parse import parse_qsl, unquote_plus, urlencode
 
 from aiohttp import web
@@ -259,3 +261,28 @@ async def consent_by_http(connect_url: str, *, origin: str | None = None, follow
             back = r.headers["Location"]
         async with http.get(back, allow_redirects=False) as r:
             return Consent(page, authorize, r.status, await r.text(), r.headers.get("Location"), cookie)
+
+
+@contextlib.asynccontextmanager
+async def oauth_gateway(aiohttp_client: Any, make_app: Any, row: dict[str, Any], *,
+                        client: tuple[str, str] | None = (CLIENT_ID, CLIENT_SECRET), slug: str = "acme",
+                        **settings: Any) -> AsyncIterator[Any]:
+    """A treg whose catalog holds ``row`` (relaying to 127.0.0.0/8), with org ``slug`` (owner
+    ``owner@<slug>.test``) and, unless ``client`` is None, the org's own OAuth app at the row's provider;
+    a :class:`treg.testing.gateway.Gateway`, closed on exit."""
+    from treg import membership
+    from treg.keys import SERVICES
+    from treg.testing.gateway import Gateway
+    from treg.testing.providers import ProviderPlugin
+
+    app = make_app(extra_plugins=(ProviderPlugin([row]),), **{"ssrf_allow": ("127.0.0.0/8",), **settings})
+    test_client = await aiohttp_client(app)
+    try:
+        org = await membership.create_org(test_client.app[SERVICES], slug=slug, email=f"owner@{slug}.test")
+        gw = Gateway(test_client, org)
+        if client is not None:
+            await gw.api("PUT", f"/api/v1/oauth-apps/{row['id']}",
+                         json={"client_id": client[0], "client_secret": client[1]}, expect=200)
+        yield gw
+    finally:
+        await test_client.close()
