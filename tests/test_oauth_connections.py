@@ -612,3 +612,18 @@ async def test_an_echoed_token_is_masked_in_evidence_in_every_encoding(gw, fake,
                   refresh_token):
         assert value not in evidence
     assert evidence.count("[REDACTED]") >= 8
+
+
+async def test_the_token_endpoint_is_dialled_through_the_ssrf_guard(make_app, aiohttp_client, fake, fake_dns):
+    """A token_url whose name resolves inside (a poisoned catalog row, a DNS rebinding): the code is never
+    sent there; the sign-in ends on a 502 page and nothing is stored."""
+    fake_dns.records["tokens.inside.example"] = [("10.0.0.7", 60)]
+    row = provider_row(fake.url)
+    row["oauth"]["token_url"] = "https://tokens.inside.example/token"
+    async with oauth_gateway(aiohttp_client, make_app, row) as gw:
+        created = await gw.api("POST", "/api/v1/connections", json={"provider": "oauthy"}, expect=201)
+        done = await consent_by_http(created["connect_url"])
+        assert done.callback_status == 502 and "internal address" in done.callback_body
+        assert not any(f.get("grant_type") == "authorization_code" for f in fake.token_requests)
+        detail = await gw.api("GET", f"/api/v1/connections/{created['id']}", expect=200)
+        assert detail["status"] == "pending" and detail["expires_at"] is None
