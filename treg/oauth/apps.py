@@ -15,10 +15,10 @@ from treg.catalog.model import Provider
 from treg.context import Services
 from treg.errors import BadRequest, NotFound
 from treg.http_grammar import CTL
-from treg.infra.schema import oauth_apps
-from treg.oauth.errors import OAuthAppMissing, ProviderNotOAuth
 from treg.identity import Identity, require_manager
+from treg.infra.schema import oauth_apps
 from treg.management import refuse_unknown_fields
+from treg.oauth.errors import OAuthAppMissing, ProviderNotOAuth
 
 APP_FIELDS = ("client_id", "client_secret")
 

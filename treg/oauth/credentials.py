@@ -18,10 +18,10 @@ from treg import origin
 from treg.bindings import Binding
 from treg.context import Services
 from treg.errors import TregError
-from treg.oauth import store
-from treg.oauth.refresh import access_token, inactive, mark_stale  # noqa: F401 (the relay's hooks, named here)
-from treg.oauth.store import Tokens
 from treg.identity import Identity
+from treg.oauth import store
+from treg.oauth.refresh import access_token, inactive, mark_stale  # mark_stale: the relay's, named here
+from treg.oauth.store import Tokens
 
 __all__ = ["connection_tokens", "credential_kind", "mark_stale", "no_credential", "offer_connect"]
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from treg.context import Services
 from treg.errors import NotFound
-from treg.oauth import apps, refresh, store, token_client
 from treg.identity import Identity
+from treg.oauth import apps, refresh, store, token_client
 
 log = logging.getLogger("treg.oauth")
 

@@ -25,17 +25,17 @@ from sqlalchemy import and_, delete, func, insert, literal, or_, select, update
 from treg import origin
 from treg.context import Services
 from treg.errors import BadRequest, Forbidden, NotFound
+from treg.identity import Identity
 from treg.ids import new_id
 from treg.infra.db import Tx
 from treg.infra.schema import members, oauth_connections as conns, oauth_refreshes, users
+from treg.management import refuse_unknown_fields
 from treg.memo import BoundedMemo
 from treg.oauth import apps, links
 from treg.oauth.errors import OAuthAppMissing
 from treg.oauth.provider import SCOPE_TOKEN
-from treg.settings import Settings
-from treg.identity import Identity
-from treg.management import refuse_unknown_fields
 from treg.org_changes import changes, forget_local, notify
+from treg.settings import Settings
 
 STATUSES = ("pending", "active", "needs_reauth", "denied")
 CREATE_FIELDS = ("provider", "scopes", "name", "shared", "redirect_after")
