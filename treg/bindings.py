@@ -1,7 +1,9 @@
 """Credential bindings and the injector interface (shared by core and plugins).
 
-A binding says where one credential goes: ``{location, name, format?, secret_id?, platform_setting?,
-secret_field?}``. An :class:`Injector` (registered by a plugin for its ``location``) validates bindings at
+A binding says where one credential goes: ``{location, name, format?, secret_id?, connection_id?,
+platform_setting?, secret_field?}`` (exactly one of ``secret_id``, ``connection_id`` and
+``platform_setting``; a connection's access token is the value: docs/oauth.md). An :class:`Injector`
+(registered by a plugin for its ``location``) validates bindings at
 registration time and writes the rendered value into the outgoing request at call time.
 """
 
@@ -38,6 +40,8 @@ class Binding:
     secret_id: str | None = None
     platform_setting: str | None = None
     secret_field: str | None = None
+    #: an OAuth connection whose access token is the value (docs/oauth.md)
+    connection_id: str | None = None
 
     @property
     def is_literal(self) -> bool:
@@ -51,7 +55,7 @@ class Binding:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"location": self.location, "name": self.name, "format": self.format}
-        for key in ("secret_id", "platform_setting", "secret_field"):
+        for key in ("secret_id", "connection_id", "platform_setting", "secret_field"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -60,7 +64,7 @@ class Binding:
     def from_json(cls, data: Mapping[str, Any]) -> "Binding":
         return cls(location=data["location"], name=data["name"], format=data.get("format") or "{secret}",
                    secret_id=data.get("secret_id"), platform_setting=data.get("platform_setting"),
-                   secret_field=data.get("secret_field"))
+                   secret_field=data.get("secret_field"), connection_id=data.get("connection_id"))
 
 
 def format_fields(fmt: str) -> list[str]:

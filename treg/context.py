@@ -27,6 +27,7 @@ from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
+from treg.oauth.runtime import OAuthRuntime
 from treg.overflow.aggregator import Aggregator
 from treg.plugins import PluginHost
 from treg.results import ClassifierRegistry
@@ -128,3 +129,6 @@ class Services:
     #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
     #: hosts, plain JSON exchanges, not the faithful upstream session; the null session until it opens
     aggregator_client: "aiohttp.ClientSession | NotServing" = field(default_factory=NotServing)
+    #: OAuth connections' token endpoints (their session, this process's refreshes in flight:
+    #: treg/oauth/runtime.py); the null session until the app opens it
+    oauth: OAuthRuntime = field(default_factory=OAuthRuntime)

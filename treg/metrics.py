@@ -108,6 +108,11 @@ class Metrics(Collector):
         self.capacity_locks = Gauge("treg_capacity_locks", "Capacity locks held now", registry=r)
         self.overflow = Counter("treg_overflow", "Overflow decisions, by aggregator and result",
                                 ("aggregator", "result"), registry=r)
+        #: OAuth connections' refreshes by outcome (ok, invalid_grant, failed: docs/oauth.md)
+        self.oauth_refreshes = Counter("treg_oauth_refresh", "OAuth token refreshes, by outcome", ("outcome",),
+                                       registry=r)
+        for outcome in ("ok", "invalid_grant", "failed"):
+            self.oauth_refreshes.labels(outcome=outcome)  # every outcome exported from the start, at 0
         #: (surface, outcome, credential_tier, refused_by) as recorded -> calls; bounded when exported
         self.calls: dict[tuple[Any, ...], int] = {}
         self.upstream: dict[str, _Latency] = {}
@@ -119,6 +124,9 @@ class Metrics(Collector):
     def bind(self, db: "Database") -> None:
         """The database whose pool and money figures the scrape reports."""
         self._db = db
+
+    def oauth_refresh(self, outcome: str) -> None:
+        self.oauth_refreshes.labels(outcome=outcome).inc()
 
     # -- the call path ---------------------------------------------------------------------------
     def observe_call(self, rec: "CallRecord") -> None:

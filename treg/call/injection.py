@@ -21,6 +21,8 @@ class InjectionPlan(NamedTuple):
     #: (the call then fails closed, ``injector_missing``)
     injectors: tuple[Injector | None, ...]
     needs_json: bool
+    #: a binding names an OAuth connection: its token is fetched (refreshed if due) before injecting
+    connections: bool = False
 
 
 EMPTY = InjectionPlan((), False)
@@ -30,7 +32,8 @@ def compile_plan(injectors: Mapping[str, Injector], bindings: tuple[Binding, ...
     if not bindings:
         return EMPTY
     found = tuple(injectors.get(b.location) for b in bindings)
-    return InjectionPlan(found, any(i is not None and i.needs_json_body for i in found))
+    return InjectionPlan(found, any(i is not None and i.needs_json_body for i in found),
+                         any(b.connection_id for b in bindings))
 
 
 def provider_plan(svc: Services, provider: Provider) -> InjectionPlan:

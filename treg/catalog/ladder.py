@@ -39,6 +39,7 @@ from treg.catalog.registry import CatalogRegistry
 from treg.catalog.tiers import (OrgCredentials, OwnTool, how_to_get_credential, needed_tier,  # noqa: F401
                                 offer_tier, platform_key_configured)
 from treg.errors import GatewayFailed
+from treg.oauth.store import org_connections
 from treg.settings import Settings
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class CatalogTarget:
     rate_limit: RateLimit | None = None
     #: the parsed JSON body when a check read it (body_allowlist, platform checks), else None
     json_body: Mapping[str, Any] | None = None
+    #: the OAuth connection whose token the provider's auth injects (own or team tier), else None
+    connection_id: str | None = None
 
     @property
     def scope_idempotency_key(self) -> bool:
@@ -104,12 +107,13 @@ async def load_org_credentials(svc: "Services", ident: "Identity",
     wanted = set(providers) if providers is not None else None
     if wanted is not None and not wanted:
         return OrgCredentials(org_id=ident.org_id)
+    own_conns, team_conns = await oauth_connections(svc, ident, wanted)
     stored = await org_secret_rows(svc, ident.org_id)
     rows = sorted((r for r in stored.rows.values()
                    if r["provider"] is not None and (wanted is None or r["provider"] in wanted)),
                   key=lambda r: (r["created_at"], r["id"]), reverse=True)
     if not rows:
-        return OrgCredentials(org_id=ident.org_id)
+        return OrgCredentials(org_id=ident.org_id, own_connections=own_conns, team_connections=team_conns)
     provider_of = {r["id"]: r["provider"] for r in rows}
     team: dict[str, str] = {}
     for r in rows:  # newest first: the first seen per provider wins
@@ -128,7 +132,31 @@ async def load_org_credentials(svc: "Services", ident: "Identity",
             own.setdefault(pid, []).append(tool)
     return OrgCredentials(org_id=ident.org_id,
                           own_tools=MappingProxyType({k: tuple(v) for k, v in own.items()}),
-                          team_secrets=MappingProxyType(team))
+                          team_secrets=MappingProxyType(team), own_connections=own_conns,
+                          team_connections=team_conns)
+
+
+async def oauth_connections(svc: "Services", ident: "Identity",
+                            wanted: set[str] | None) -> tuple[Mapping[str, str], Mapping[str, str]]:
+    """provider → the caller's own newest active connection, and the org's newest shared one, for the
+    providers that declare OAuth (docs/oauth.md), read from the org's cached connection rows."""
+    providers = [p for p in (wanted if wanted is not None else svc.catalog.providers)
+                 if (prov := svc.catalog.providers.get(p)) is not None and prov.oauth is not None]
+    if not providers:
+        return _EMPTY, _EMPTY
+    cached = await org_connections(svc, ident.org_id)
+    own: dict[str, str] = {}
+    team: dict[str, str] = {}
+    for pid in providers:
+        mine, shared = cached.newest(pid, ident)
+        if mine:
+            own[pid] = mine
+        if shared:
+            team[pid] = shared
+    return MappingProxyType(own), MappingProxyType(team)
+
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedRequest, creds: OrgCredentials,
@@ -154,9 +182,15 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
     secret_id = None
     table_value = None
     json_body = checked.json_body
-    if tier == "own":
+    connection_id = None
+    if tier == "own" and (connection_id := creds.own_connection_for(provider.id)) and provider.auth:
+        # within a tier the newest connection wins, then the newest secret (docs/oauth.md)
+        bindings = tuple(dataclasses.replace(b, connection_id=connection_id) for b in provider.auth)
+    elif tier == "own":
         tool = creds.own_for(provider.id)[0]
         bindings = tool.bindings
+    elif tier == "team" and (connection_id := creds.team_connection_for(provider.id)):
+        bindings = tuple(dataclasses.replace(b, connection_id=connection_id) for b in provider.auth)
     elif tier == "team":
         secret_id = creds.team_secret_for(provider.id)
         bindings = tuple(dataclasses.replace(b, secret_id=secret_id) for b in provider.auth)
@@ -173,7 +207,7 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
         bindings=bindings, required_headers=provider.required_headers, billed=billed, price_micro=price,
         hold_micro=price if billed else 0, table_value=table_value, tool_id=tool.id if tool else None,
         tool_name=tool.name if tool else None, secret_id=secret_id, rate_limit=provider.rate_limit,
-        json_body=json_body)
+        json_body=json_body, connection_id=connection_id)
 
 
 def prepare_call(registry: CatalogRegistry, endpoint: Endpoint, *, method: str, query: QueryPairs,
