@@ -5,14 +5,14 @@ the consent in flight, the refresh lease) and each refresh's outcome; a call's r
 credential it injected and the connection (docs/oauth.md).
 
 Revision ID: 0016
-Revises: 0012
+Revises: 0015
 """
 from alembic import op
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 revision = '0016'
-down_revision = '0012'
+down_revision = '0015'
 branch_labels = None
 depends_on = None
 
