@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from treg import idempotency
-from treg.call import capacity_stage, catalog_stage, evidence, headers as hdr
+from treg.call import call_caps, capacity_stage, catalog_stage, evidence, headers as hdr
 from treg.call.target import mask_userinfo
 from treg.call.types import USER_AGENT_MAX, CallRecord
 from treg.context import Services
@@ -142,6 +142,7 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
         resp.close()  # once: CloseOnce ignores a repeat
     try:
         await _unwind(svc, state)
+        await call_caps.give_back(svc, state, exc)  # a refused call does not count against the member's cap
     finally:
         if not state.audited:
             state.audited = True

@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from treg import idempotency
-from treg.call import headers as hdr, metered, reserve
+from treg.call import call_caps, headers as hdr, metered, reserve
 from treg.call.record import audit
 from treg.call.relay import buffer_body
 from treg.call.state import CallOutcome, CallState
@@ -303,6 +303,7 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
     assert target is not None and ident is not None
     plan: RoutedPlan = target.routed
     endpoint_id = target.endpoint_id or ""
+    await call_caps.count(svc, state)  # one call of the member's cap, whatever its children (they count not)
     inp = state.inp
     if inp.body is not None and not isinstance(inp.body, bytes):
         # every child may send it: read once, bounded as a JSON binding's body

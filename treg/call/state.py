@@ -83,6 +83,8 @@ class CallState:
     #: a lock covering this call that overflow may serve around (the reserve stage skips the direct attempt)
     capacity_lock: Lock | None = None
     smoothed: tuple[str, ...] = ()
+    #: the call counted against its member's call cap (treg/call/call_caps.py), given back if refused
+    call_counted: Any = None
 
     #: the audit row (treg/call/record.py)
     record = call_record
