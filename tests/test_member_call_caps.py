@@ -188,3 +188,37 @@ async def test_no_cap_costs_a_call_no_round_trip(gateway, up, tool):
     capped = await trips(carol)
     assert uncapped == (0, 0)  # a warm own-tool call without a cap: no query at all
     assert capped == (1, 1)  # with one: the one counting statement
+
+
+async def test_members_page_sets_and_clears_a_cap(gateway, up, tool):
+    import re
+
+    from treg.testing import login
+
+    gw = gateway
+    bob = await gw.member("bob@acme.test")
+    csrf = await login(gw.client, gw.org["token"])
+    page = await (await gw.client.get("/ui/members")).text()
+    assert f'action="/ui/members/{bob["member_id"]}/limits"' in page
+    resp = await gw.client.post(f"/ui/members/{bob['member_id']}/limits", data={"calls_per_day": "1", "csrf": csrf},
+                                allow_redirects=False)
+    assert resp.status == 303
+    page = await (await gw.client.get(resp.headers["Location"])).text()
+    assert re.search(rf'id="cap-{bob["member_id"]}"[^>]*value="1"', page) and "Call cap set to 1 a day." in page
+    assert (await gw.call("GET", "/call/up/x", as_=bob["headers"])).status == 200
+    assert (await gw.call("GET", "/call/up/x", as_=bob["headers"])).status == 429
+    # a bad value is shown beside the member's field, the cap unchanged; without the CSRF token, refused
+    for bad in ("-1", "1.5", "ten", "99999999999"):
+        resp = await gw.client.post(f"/ui/members/{bob['member_id']}/limits",
+                                    data={"calls_per_day": bad, "csrf": csrf})
+        assert resp.status == 400, bad
+        assert f'id="calls_per_day-{bob["member_id"]}-error"' in await resp.text()
+    resp = await gw.client.post(f"/ui/members/{bob['member_id']}/limits", data={"calls_per_day": ""})
+    assert resp.status == 403
+    assert (await gw.api("GET", f"/api/v1/members/{bob['member_id']}/limits"))["calls_per_day"] == 1
+    # blank clears it
+    resp = await gw.client.post(f"/ui/members/{bob['member_id']}/limits", data={"calls_per_day": "", "csrf": csrf},
+                                allow_redirects=False)
+    assert resp.status == 303
+    assert (await gw.api("GET", f"/api/v1/members/{bob['member_id']}/limits"))["calls_per_day"] is None
+    assert (await gw.call("GET", "/call/up/x", as_=bob["headers"])).status == 200
