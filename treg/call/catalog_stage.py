@@ -8,6 +8,7 @@ with own-tool calls.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from treg import idempotency
@@ -20,6 +21,7 @@ from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
 from treg.catalog.ladder import load_org_credentials, plan_call
 from treg.catalog.enforce import check_request
+from treg.catalog.guards import Applied
 from treg.catalog.model import Endpoint
 from treg.context import Services
 from treg.oauth import credentials as oauth
@@ -35,8 +37,6 @@ async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tu
         return inp, inp.body
     if not endpoint.needs_body:
         return inp, None
-    from dataclasses import replace
-
     raw = await buffer_body(inp.body, svc.settings.json_body_max_bytes)
     return replace(inp, body=raw, content_length=len(raw)), raw
 
@@ -55,6 +55,7 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
         cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
     except NoCredential as exc:  # a provider that declares OAuth: the refusal carries a connect_url
         raise await oauth.no_credential(svc, ident, endpoint.provider, exc) from None
+    inp = with_defaults(inp, cat.guarded)  # treg's key: a guard's default is part of the request from here on
     tool = None
     if cat.tool_id is not None:
         tool = next((t for t in await org_tools(svc, ident.org_id) if t.id == cat.tool_id), None)
@@ -68,6 +69,8 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
         plan = None  # anonymous (nothing to inject), or an own tool the cache has not seen yet
     base, _, fixed_query = cat.upstream_url.partition("?")
     extra = list(cat.required_headers)
+    if cat.guarded.body_created:  # the body is treg's own JSON object (the caller sent none)
+        extra.append(("Content-Type", "application/json"))
     if cat.scope_idempotency_key and inp.idempotency_key:
         # one shared provider account: the upstream sees a digest of (org, label), never the label
         extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key,
@@ -76,6 +79,20 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
         upstream_url=base, query=tuple(split_query(fixed_query)) + tuple(cat.query), tool=tool,
         bindings=cat.bindings, provider=cat.provider.id, credential_tier=cat.tier, endpoint_id=endpoint.id,
         extra_headers=tuple(extra), billed=cat.billed, catalog=cat, plan=plan)
+
+
+def with_defaults(inp: CallInput, guarded: Applied) -> CallInput:
+    """The request as treg sends it once a platform-tier guard's defaults are in (treg/catalog/guards.py):
+    the default query pairs appended to the raw query, the body with its added fields (and its length).
+    Everything after resolution reads this one request: the relay, and the idempotency digest and the
+    archive key, so a request naming a default and one leaving it out are one request, as the vendor
+    sees them."""
+    if guarded.query:
+        added = "&".join(f"{k}={v}" for k, v in guarded.query)
+        inp = replace(inp, raw_query=f"{inp.raw_query}&{added}" if inp.raw_query else added)
+    if guarded.body is not None:
+        inp = replace(inp, body=guarded.body, content_length=len(guarded.body))
+    return inp
 
 
 async def resolve_catalog_surface(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:

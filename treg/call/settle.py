@@ -1,8 +1,10 @@
 """Settle stage: the upstream's answer made into the :class:`CallOutcome` the edge streams.
 
 * **metered** (a hold is open): the answer is read whole (buffered, or spooled to disk for a large
-  one), stored for an idempotent replay, and the hold settled at the observed price (2xx) or released,
-  all before its headers go out, so ``X-Treg-Cost-Micro`` is exact;
+  one), stored for an idempotent replay, and the hold settled at the observed price (2xx, and the
+  endpoint's declared success rule holds: ``treg/catalog/success.py``) or released (a 2xx failing the
+  rule is a ``vendor_error``, relayed unchanged), all before its headers go out, so
+  ``X-Treg-Cost-Micro`` is exact;
 * **streamed** (everything else): relayed as it arrives; only the head of a failed answer is peeked
   and kept as evidence.
 
@@ -19,6 +21,7 @@ from treg.call import (archive, capacity_stage, catalog_stage, encodings, eviden
                        metered, overflow_stage, redirects, resources)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
+from treg.catalog.success import succeeded
 from treg.context import Services
 from treg.infra.upstream import UpstreamResponse
 from treg.plugins import spool_evidence_paths
@@ -52,7 +55,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             answer: Any = await metered.spool_evidence(
                 spooled, (*target.catalog.endpoint.price.evidence_paths,
                           *spool_evidence_paths(svc.pm, target.catalog.endpoint),
-                          *archive.classifier_paths(svc, target.endpoint_id)),
+                          *archive.classifier_paths(svc, target.endpoint_id), *success_paths(target)),
                 encodings.codings(resp.headers))
             data = b""
         else:
@@ -64,8 +67,10 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
                 # the breaker learns from the direct answer now (its strike locks the key for the next)
                 overflowed.headers += await capacity_stage.after_answer(svc, state, resp, data)
                 return overflowed
+        # the endpoint's declared success rule: a 2xx with an error inside is no success for money
+        success = vendor_success(state, resp.status, answer)
         await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
-        relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
+        relayed += await jobs.after_answer(svc, state, resp.status, answer, success=success)  # async jobs
         if state.claim is not None:
             # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
             # releases (a free call), never a settled charge a retry would pay again
@@ -75,8 +80,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
                 await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
             state.claim = None
         if state.inp.deferred is not None:  # a routed call's child: the routed call closes it (treg/call/routed.py)
-            state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
-        elif ok:
+            state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if success else None)
+        elif success:
             await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await state.close_money(svc)
@@ -91,7 +96,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     out_headers += list(catalog_stage.tier_headers(target, state.cost_micro, cost=not jobs.deferred(state)).items())
     out_headers += archive.answer_headers(state)
     out_headers += await capacity_stage.after_answer(svc, state, resp, data)  # the money is closed by now
-    err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
+    # a failed answer's head is kept as evidence (a vendor_error's too: the error is inside its 2xx)
+    err_head = None if success else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
 
     async def body() -> AsyncIterator[bytes]:
         if spooled is not None:
@@ -106,6 +112,21 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
                        close=(spooled.close if spooled is not None else (lambda: None)), finish=finish,
                        content_length=length, has_content_type="content-type" in names, has_server="server" in names,
                        raw_headers=resp.raw_headers)
+
+
+def success_paths(target: Any) -> tuple[str, ...]:
+    """The paths of the answer the endpoint's success rule reads (a spooled answer keeps them)."""
+    rule = target.catalog.endpoint.success
+    return rule.paths if rule is not None else ()
+
+
+def vendor_success(state: CallState, status: int, answer: Any) -> bool:
+    """Whether a metered answer is a success for money (treg/catalog/success.py: the endpoint's rule, else
+    any 2xx); a 2xx that fails it is the call's ``vendor_error``: its hold released, its bytes relayed."""
+    assert state.target is not None and state.target.catalog is not None
+    ok = succeeded(state.target.catalog.endpoint.success, status, answer)
+    state.vendor_error = 200 <= status < 300 and not ok
+    return ok
 
 
 def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
