@@ -163,7 +163,16 @@ SCHEMAS: dict[str, Any] = {
     "Grant": _obj({"id": _ID, "kind": {"type": "string"}, "amount_micro": {"type": "integer"}}, ("id", "kind")),
     "Endpoint": _obj({"id": _ID, "credential_tier": {"type": ["string", "null"]}, "callable": {"type": "boolean"},
                       "billed": {"type": "boolean"}, "kind": {"enum": ["endpoint", "routed"]},
-                      "children": {"type": "array", "items": {"type": "object"}}}, ("id", "callable", "billed")),
+                      "children": {"type": "array", "items": {"type": "object"}},
+                      "guards": {"type": "array", "items": _ref("Guard"),
+                                 "description": "integer ranges and defaults enforced on treg's own key (the "
+                                                "platform tier) before any hold (docs/plugins.md)"},
+                      "success": {"type": ["object", "null"], "description": "the declared success rule "
+                                  "{status?, path, absent | equals | nonempty} (GET one endpoint; docs/money.md)"}},
+                     ("id", "callable", "billed")),
+    "Guard": _obj({"param": {"type": "string"}, "in": {"enum": ["query", "body"]}, "type": {"const": "integer"},
+                   "min": {"type": "integer"}, "max": {"type": "integer"}, "default": {"type": "integer"}},
+                  ("param", "in", "type")),
     "Provider": _obj({"id": _ID, "platform_key_configured": {"type": "boolean"},
                       "anonymous_allowed": {"type": "boolean"}}, ("id",)),
     "OAuthAppSet": _obj({"client_id": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": r"\S"},
