@@ -7,22 +7,13 @@ Exactness across two real ``treg serve`` processes is tests/test_member_call_cap
 from __future__ import annotations
 
 import datetime
+import re
 
-import psycopg2
 import pytest
 
-from treg.testing import http_response, raw_upstream, vendor_gateway
-from treg.testing import example_provider
-
-
-def _sql(dsn: str, query: str, *args) -> list[tuple]:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(query, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
+from treg import membership
+from treg.keys import SERVICES
+from treg.testing import Gateway, example_provider, http_response, login, open_org, raw_upstream, run_sql, vendor_gateway
 
 
 def _next_midnight() -> str:
@@ -70,8 +61,6 @@ async def test_limits_route_owner_admin_and_refusals(gateway):
 
 async def test_another_orgs_member_is_not_found(gateway):
     gw = gateway
-    from treg.testing import open_org
-
     other = await open_org(gw.client, "other", "o@other.test")
     body = await _cap(gw, other.org["member_id"], 1, expect=404)
     assert body["error"] == "member_not_found"
@@ -102,9 +91,9 @@ async def test_cap_counts_own_tool_calls_and_refuses_with_resets_at(gateway, up,
     limits = await gw.api("GET", f"/api/v1/members/{bob['member_id']}/limits", expect=200)
     assert limits["calls_today"] == 2
     # the next UTC day resets it (the day moved in the database, not by sleeping)
-    _sql(dsn, "UPDATE member_calls SET day = day - 1 WHERE member_id = %s", bob["member_id"])
+    run_sql(dsn, "UPDATE member_calls SET day = day - 1 WHERE member_id = %s", bob["member_id"])
     assert (await gw.call("GET", "/call/up/x", as_=bob["headers"])).status == 200
-    counts = _sql(dsn, "SELECT calls FROM member_calls WHERE member_id = %s ORDER BY day", bob["member_id"])
+    counts = run_sql(dsn, "SELECT calls FROM member_calls WHERE member_id = %s ORDER BY day", bob["member_id"])
     assert counts == [(2,), (1,)]
 
 
@@ -168,8 +157,11 @@ async def test_every_tier_counts_and_a_402_gives_back(acme):
     assert r.status == 429 and (await r.json())["error"] == "member_call_cap"
 
 
-async def test_no_cap_costs_a_call_no_round_trip(gateway, up, tool):
-    gw = gateway
+async def test_no_cap_costs_a_call_no_round_trip(aiohttp_client, make_app, up):
+    # no audit batch in the middle of a count (the writer flushes on demand only)
+    client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), audit_flush_ms=600_000))
+    gw = Gateway(client, await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test"))
+    await gw.tool("up", up.url + "/v1")
     svc = gw.services
     bob = await gw.member("bob@acme.test")
     carol = await gw.member("carol@acme.test")
@@ -186,15 +178,12 @@ async def test_no_cap_costs_a_call_no_round_trip(gateway, up, tool):
 
     uncapped = await trips(bob)
     capped = await trips(carol)
+    await client.close()
     assert uncapped == (0, 0)  # a warm own-tool call without a cap: no query at all
     assert capped == (1, 1)  # with one: the one counting statement
 
 
 async def test_members_page_sets_and_clears_a_cap(gateway, up, tool):
-    import re
-
-    from treg.testing import login
-
     gw = gateway
     bob = await gw.member("bob@acme.test")
     csrf = await login(gw.client, gw.org["token"])

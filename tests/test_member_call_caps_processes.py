@@ -8,23 +8,12 @@ import asyncio
 import json
 
 import aiohttp
-import psycopg2
 
 from treg import testing
-from treg.testing import Api, assert_clean_exits, run_treg, serve_pair, stop_all, treg_env
+from treg.testing import Api, assert_clean_exits, run_sql, run_treg, serve_pair, stop_all, treg_env
 
 CAP = 6
 EXTRA = 10
-
-
-def _sql(dsn: str, query: str, *args) -> list[tuple]:
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(query, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
 
 
 async def test_cap_is_exact_across_two_processes(dsn, settings, tmp_path):
@@ -51,12 +40,12 @@ async def test_cap_is_exact_across_two_processes(dsn, settings, tmp_path):
                 statuses = await asyncio.gather(*(one(A if i % 2 else B) for i in range(CAP + EXTRA)))
                 assert sorted(statuses) == [200] * CAP + [429] * EXTRA
                 assert len(up.exchanges) == CAP
-                assert _sql(dsn, "SELECT calls FROM member_calls WHERE member_id = %s",
+                assert run_sql(dsn, "SELECT calls FROM member_calls WHERE member_id = %s",
                             bob["member_id"]) == [(CAP,)]
                 status, body, _ = await A.req("GET", "/call/up/x", bob["token"])
                 assert status == 429 and body["used"] == CAP and body["limit"] == CAP
                 # midnight (UTC) passes: the day's row moved back a day in the database, no sleeping
-                _sql(dsn, "UPDATE member_calls SET day = day - 1 WHERE member_id = %s", bob["member_id"])
+                run_sql(dsn, "UPDATE member_calls SET day = day - 1 WHERE member_id = %s", bob["member_id"])
                 statuses = await asyncio.gather(*(one(A if i % 2 else B) for i in range(CAP + 2)))
                 assert sorted(statuses) == [200] * CAP + [429] * 2
         finally:

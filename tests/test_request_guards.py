@@ -14,8 +14,8 @@ from sqlalchemy import select
 from treg.catalog.errors import InvalidParameters
 from treg.catalog.guards import Guard, apply
 from treg.infra.schema import holds
-from treg.testing import Mcp, catalog_problems, check_books, endpoint_row, raw_upstream, vendor_gateway
-from treg.testing.vendors.rules import ENV, PRICES, Scripted, scrape_provider
+from treg.testing import Mcp, catalog_problems, check_books, endpoint_row
+from treg.testing.vendors.rules import PRICES, scrape_gateway
 
 LIMIT = Guard("limit", "query", min=1, max=100, default=25)
 PAGE = Guard("page_size", "body", min=1, max=50, default=10)
@@ -133,11 +133,8 @@ def test_a_utf16_body_that_needs_a_default_is_refused_not_broken():
 
 @pytest.fixture
 async def scrape(aiohttp_client, make_app):
-    vendor = Scripted()
-    async with raw_upstream(vendor.respond) as up, \
-            vendor_gateway(aiohttp_client, make_app, [scrape_provider(up.url + "/v1")], platform=ENV,
-                           credits=100_000) as gw:
-        yield gw, vendor, up
+    async with scrape_gateway(aiohttp_client, make_app) as world:
+        yield world
 
 
 async def _holds(gw) -> list[dict]:

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from treg.catalog.success import SuccessRule, parse
-from treg.testing import audit_row, catalog_problems, check_books, endpoint_row, raw_upstream, vendor_gateway
-from treg.testing.vendors.rules import ENV, PRICES, Scripted, scrape_provider
+from treg.testing import audit_row, catalog_problems, check_books, endpoint_row
+from treg.testing.vendors.rules import PRICES, scrape_gateway
 
 
 # -- the row, at startup ------------------------------------------------------------------------------
@@ -72,12 +72,8 @@ def test_rules_hold_as_the_contract_says():
 
 @pytest.fixture
 async def scrape(aiohttp_client, make_app):
-    """(gateway, vendor, upstream): the scrape rows on a scripted raw upstream, treg's key configured."""
-    vendor = Scripted()
-    async with raw_upstream(vendor.respond) as up, \
-            vendor_gateway(aiohttp_client, make_app, [scrape_provider(up.url + "/v1")], platform=ENV,
-                           credits=100_000) as gw:
-        yield gw, vendor, up
+    async with scrape_gateway(aiohttp_client, make_app) as world:
+        yield world
 
 
 async def _balance(gw) -> dict:

@@ -27,6 +27,7 @@ from treg.catalog.errors import InvalidParameters, MethodNotAllowed
 from treg.catalog.load import matches_json, matches_text
 from treg.catalog.model import Endpoint, Param
 from treg.catalog.placeholders import decode_query_value, encode_segment
+from treg.catalog.success import json_equal
 
 QueryPairs = Sequence[tuple[str, "str | None"]]
 
@@ -88,17 +89,8 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality without Python's True == 1."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    return type(a) is type(b) and a == b
-
-
 def _in_enum(value: Any, enum: Sequence[Any]) -> bool:
-    return any(_same(value, e) for e in enum)
+    return any(json_equal(value, e) for e in enum)
 
 
 def _listing(values: Sequence[Any]) -> str:

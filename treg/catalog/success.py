@@ -43,8 +43,8 @@ def _scalar(v: Any) -> bool:
     return v is None or isinstance(v, (str, bool, int)) or (isinstance(v, float) and math.isfinite(v))
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality without Python's ``True == 1``."""
+def json_equal(a: Any, b: Any) -> bool:
+    """JSON equality without Python's ``True == 1`` (the catalog's enums compare by it too)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
@@ -78,7 +78,7 @@ class SuccessRule:
         if value is MISSING:
             return False
         if self.op == "equals":
-            return _same(value, self.operand)
+            return json_equal(value, self.operand)
         return not _empty(value)
 
     @property

@@ -5,16 +5,19 @@ test sets per path.
 ``Scripted`` answers each request with what :meth:`Scripted.answer` set for its path (status, body,
 headers), else ``200 {"data": [1]}``; its async job (``POST /v1/jobs`` → ``{"data": {"task_id": "j<n>"}}``,
 ``GET /v1/jobs/<id>`` → the status and extra fields a test set) is for the rule's poll cases.
+``scrape_gateway`` is a treg serving them, treg's key configured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
-from treg.testing.upstreams import Exchange, http_response
+from treg.testing.gateway import Gateway, vendor_gateway
+from treg.testing.upstreams import Exchange, RawUpstream, http_response, raw_upstream
 
 PLATFORM_KEY = "pk-scrape-0123456789"
 ENV = {"TREG_PLATFORM_KEY_SCRAPE": PLATFORM_KEY}
@@ -89,3 +92,15 @@ class Scripted:
 
 def _json(obj: Any) -> bytes:
     return http_response(200, json.dumps(obj).encode(), [("Content-Type", "application/json")])
+
+
+@contextlib.asynccontextmanager
+async def scrape_gateway(aiohttp_client: Any, make_app: Any, credits: int = 100_000
+                         ) -> AsyncIterator[tuple[Gateway, Scripted, RawUpstream]]:
+    """(gateway, vendor, upstream): the scrape rows on a scripted raw upstream, treg's key configured, the
+    org holding ``credits``."""
+    vendor = Scripted()
+    async with raw_upstream(vendor.respond) as up, \
+            vendor_gateway(aiohttp_client, make_app, [scrape_provider(up.url + "/v1")], platform=ENV,
+                           credits=credits) as gw:
+        yield gw, vendor, up
