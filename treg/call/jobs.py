@@ -181,7 +181,7 @@ def _id_text(value: Any) -> str | None:
 
 
 async def after_answer(svc: Services, state: "CallState", status: int, answer: Any, *,
-                       success: bool = True) -> list[tuple[str, str]]:
+                       success: bool) -> list[tuple[str, str]]:
     """See the module docstring; returns the headers to add to the answer (and to its stored replay).
     ``success``: the answer passed its endpoint's declared success rule (treg/catalog/success.py)."""
     if not 200 <= status < 300:
