@@ -14,7 +14,7 @@ import pytest
 
 from treg import membership, money
 from treg.keys import SERVICES
-from treg.money import reaper
+from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import Gateway, ProviderPlugin, http_response, raw_upstream
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol
 
-from treg.bindings import Binding, Injector
+from treg.bindings import Binding, InjectionPlan, Injector
 from treg.cache import Caches
-from treg.call.metered import SpoolBudget
 from treg.catalog.registry import CatalogRegistry
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
@@ -29,15 +28,16 @@ from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
 from treg.overflow.aggregator import Aggregator
 from treg.plugins import PluginHost
+from treg.redaction import RedactorMemo
 from treg.results import ClassifierRegistry
 from treg.settings import Settings
+from treg.spool_budget import SpoolBudget
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
-    from treg.call.injection import InjectionPlan  # imports this module
-    from treg.call.types import CallRecord
+
+    from treg.call_record import CallRecord
 
 
 class AuditSink(Protocol):
@@ -89,7 +89,7 @@ class Services:
     # -----------------------------------------------------------------------------------------------
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
-    platform_redactors: OrgSecrets
+    platform_redactors: RedactorMemo
     #: the breaker's strikes and locks (treg.capacity.breaker), written after platform-tier answers
     breaker: BreakerStore
     #: this process's in-memory copy of the locks (LISTEN/NOTIFY-fed once the call runtime starts it)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import treg.startup
-from treg.call.relay import OrgSecrets
 from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.spacer import Spacer
 from treg.context import Services
@@ -22,6 +21,7 @@ from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
 from treg.metrics import Metrics
+from treg.redaction import RedactorMemo
 from treg.settings import Settings
 
 
@@ -41,6 +41,6 @@ def build_services(settings: Settings, db: Database, *, startup: treg.startup.St
                     aggregators=startup.aggregators, capacity_signatures=startup.capacity_signatures,
                     result_classifiers=startup.result_classifiers,
                     ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow),
-                    platform_redactors=OrgSecrets({}),
+                    platform_redactors=RedactorMemo(),
                     breaker=BreakerStore(db, settings, view=lock_view), lock_view=lock_view,
                     spacer=Spacer(settings.smoothing_max_wait_ms), metrics=metrics)

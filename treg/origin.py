@@ -16,11 +16,17 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:  # the settings loader checks TREG_PUBLIC_URL with :func:`check`
-    from treg.settings import Settings
+
+class OriginSettings(Protocol):
+    """What these functions read of :class:`treg.settings.Settings`: this module sits below the settings,
+    whose loader checks ``TREG_PUBLIC_URL`` with :func:`check`."""
+
+    @property
+    def public_url(self) -> str | None: ...
+
 
 #: a prefix's segments: RFC 3986 path characters, no empty segment (``//treg`` would read as a host)
 _PREFIX = re.compile(r"\A(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+)*\Z")
@@ -79,26 +85,26 @@ def check(url: str) -> str:
     return url.strip()
 
 
-def public_origin(settings: "Settings") -> str | None:
+def public_origin(settings: OriginSettings) -> str | None:
     """treg's public origin (``scheme://host[:port]``), None when ``TREG_PUBLIC_URL`` is unset."""
     return _split(settings.public_url)[0] if settings.public_url else None
 
 
-def path_prefix(settings: "Settings") -> str:
+def path_prefix(settings: OriginSettings) -> str:
     """The path a reverse proxy mounts treg under (``/treg``; ``""`` at the root or unset): every path
     treg hands out (a dashboard link, a rewritten ``Location``) is ``path_prefix(settings) + "/…"``, the
     proxy stripping it before treg sees the request."""
     return _split(settings.public_url)[1] if settings.public_url else ""
 
 
-def public_https(settings: "Settings") -> bool:
+def public_https(settings: OriginSettings) -> bool:
     """Whether treg's own origin is https: a proxy terminating TLS speaks plain http to treg, and the
     browser is on https all the same."""
     origin = public_origin(settings)
     return origin is not None and origin.startswith("https://")
 
 
-def own_origins(settings: "Settings", sockname: Any) -> set[str]:
+def own_origins(settings: OriginSettings, sockname: Any) -> set[str]:
     """treg's own origin: ``TREG_PUBLIC_URL``'s when set, else the address and port the connection came
     in on (with ``localhost`` and ``127.0.0.1`` for a loopback address) — never the request's Host header,
     which a DNS-rebinding page controls."""

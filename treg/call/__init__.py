@@ -4,8 +4,8 @@
 
 1. ``intake.py`` — the control headers, the caller identified (identity before work), then the body
    the edge left pending (the aiohttp half is ``treg/web/call.py``).
-2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``,
-   ``org_tools.py``), a catalog endpoint (``catalog_stage.py``) or a sealed redirect (``redirects.py``).
+2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``; the
+   org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``) or a sealed redirect (``redirects.py``).
 3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then
    ``jobs.py``: a platform-tier poll or fetch reads only the caller's org's async jobs (and, in
    settle, a submission's hold is left to its job).

@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, AsyncIterator
 
 from treg import idempotency
 from treg.archive import store
-from treg.archive.policy import ArchivePolicy, CredentialRef, archive_key, in_rollout, key_material
+from treg.catalog.archive_policy import ArchivePolicy, CredentialRef, archive_key, in_rollout, key_material
 from treg.call import catalog_stage, headers as hdr, metered
 from treg.call.relay import buffer_body
-from treg.call.types import split_query
 from treg.context import Services
 from treg.errors import BadRequest, TregError
 from treg.infra.upstream import UpstreamResponse
+from treg.query import split_query
 from treg.results import Classifier
 
 if TYPE_CHECKING:

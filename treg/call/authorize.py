@@ -18,22 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from treg import deny_rules
-from treg.call.org_tools import usable
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.domain import body_methods
 from treg.domain.deny import DenyRule, first_match, rule_needing_the_body
 from treg.errors import Forbidden
 from treg.identity import Identity
-
-
-async def org_deny_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:
-    cache = svc.caches.deny
-    hit = cache.get(("deny", org_id))
-    if hit is not None:
-        return hit  # type: ignore[no-any-return]
-    return await cache.get_or_load(("deny", org_id), org_id, lambda: deny_rules.load_rules(svc, org_id))
+from treg.org_data import org_deny_rules, usable
 
 
 async def authorize(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> CallInput:

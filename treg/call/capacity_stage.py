@@ -28,12 +28,12 @@ from treg.call import encodings, evidence, relay
 from treg.capacity.classify import BODY_HEAD_BYTES, Signal, Unrecorded, classify
 from treg.capacity.errors import ProviderCapacity
 from treg.catalog.alternatives import alternatives
-from treg.catalog.ladder import load_org_credentials
 from treg.catalog.model import Endpoint
 from treg.catalog.tiers import OrgCredentials
 from treg.context import Services
 from treg.errors import TregError
 from treg.infra.upstream import UpstreamResponse
+from treg.org_data import load_org_credentials
 
 if TYPE_CHECKING:
     from treg.call.state import CallState

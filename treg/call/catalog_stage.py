@@ -12,18 +12,19 @@ from typing import Any
 
 from treg import idempotency
 from treg.call.injection import provider_plan
-from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
 from treg.call.resources import call_pin
-from treg.call.types import CallInput, ResolvedTarget, split_query
+from treg.call.types import CallInput, ResolvedTarget
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
-from treg.catalog.ladder import load_org_credentials, plan_call
+from treg.catalog.ladder import plan_call
 from treg.catalog.enforce import check_request
 from treg.catalog.model import Endpoint
 from treg.context import Services
 from treg.errors import TregError
 from treg.identity import Identity
+from treg.org_data import load_org_credentials, org_tools, usable
+from treg.query import split_query
 
 
 async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tuple[CallInput, bytes | None]:

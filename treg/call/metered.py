@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import IO, Any, AsyncIterator, Iterable, Sequence
@@ -31,11 +30,10 @@ from treg import jsonpath
 from treg.call import encodings
 from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
+from treg.spool_budget import SpoolBudget
 
 BUFFER_MAX = 8 * 1024 * 1024
 SPOOL_MAX = 64 * 1024 * 1024
-SPOOL_BUDGET = 512 * 1024 * 1024
-SPOOL_PARSE_CONCURRENCY = 2
 SPOOL_READ = 256 * 1024
 #: the most a compressed buffered answer is inflated to for its evidence (not for the caller)
 EVIDENCE_DECODED_MAX = 16 * 1024 * 1024
@@ -61,27 +59,6 @@ async def buffer_answer(resp: UpstreamResponse, limit: int | None = None) -> byt
     finally:
         resp.close()  # a no-op after a full read
     return b"".join(parts)
-
-
-class SpoolBudget:
-    """Bytes the spools of one process may hold at once."""
-
-    def __init__(self, total: int | None = None, parse_concurrency: int = SPOOL_PARSE_CONCURRENCY) -> None:
-        self.total = SPOOL_BUDGET if total is None else total
-        self.used = 0
-        self._lock = threading.Lock()  # released from weakref finalizers too
-        self.parse_gate = asyncio.Semaphore(parse_concurrency)
-
-    def claim(self, n: int) -> bool:
-        with self._lock:
-            if self.used + n > self.total:
-                return False
-            self.used += n
-            return True
-
-    def give_back(self, n: int) -> None:
-        with self._lock:
-            self.used = max(0, self.used - n)
 
 
 @dataclass

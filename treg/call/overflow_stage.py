@@ -35,18 +35,19 @@ from sqlalchemy import select
 from treg import idempotency, money
 from treg.call import capacity_stage, catalog_stage, evidence
 from treg.call.relay import buffer_body
-from treg.call.types import CallRecord, split_query
 from treg.capacity.classify import Signal
 from treg.capacity.errors import ProviderCapacity
 from treg.catalog.enforce import check_request
-from treg.catalog.ladder import load_org_credentials
+from treg.call_record import CallRecord
 from treg.context import Services
 from treg.infra.schema import orgs
 from treg.infra.upstream import NotServing
 from treg.overflow import aggregator as agg
 from treg.overflow.aggregator import OverflowInput, OverflowResult, OverflowRoute
-from treg.overflow.outcome import Verdict, judge
+from treg.call.overflow_outcome import Verdict, judge
+from treg.org_data import load_org_credentials
 from treg.overflow.store import OverflowStore
+from treg.query import split_query
 
 if TYPE_CHECKING:
     from treg.call.state import CallOutcome, CallState

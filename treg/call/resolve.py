@@ -21,15 +21,17 @@ from typing import Any, Awaitable, Callable
 
 from treg import tool_urls
 from treg.call import catalog_stage, redirects
-from treg.call.org_tools import OrgTools, by_dial, cached_org_tools, org_tools, usable
-from treg.call.target import dial_key, parse_passthrough, parse_rest
-from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
+from treg.call.target import parse_passthrough, parse_rest
+from treg.call.types import CallInput, ResolvedTarget
 from treg.catalog.search import with_pointer
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
 from treg.identity import Identity
+from treg.infra.upstream import dial_key
+from treg.org_data import OrgTools, ToolRef, by_dial, cached_org_tools, org_tools, usable
+from treg.query import split_query
 
-__all__ = ["OrgTools", "cached_org_tools", "org_tools", "parse_rest", "resolve", "resolve_target", "usable"]
+__all__ = ["parse_rest", "resolve", "resolve_target"]
 
 #: the catalog half on a named miss: ``async (svc, ident, inp, name, path) -> (inp, target) | None``
 CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],

@@ -12,7 +12,7 @@ A routed endpoint has no credential ladder of its own: the resolve stage hands i
   (``CallInput.deferred``). When the routed call ends, the answering child is settled at its price and
   every other child released, each exactly once; a routed call that fails charges nothing. A child
   whose call raised closed its own hold already (the pipeline's one exit). A crash before the close
-  leaves the holds open for the reaper (treg/money/reaper.py), which releases them: no charge;
+  leaves the holds open for the reaper (treg/reaper.py), which releases them: no charge;
 * the ``Idempotency-Key`` is the routed call's: claimed here, stored with the routed answer, never
   claimed by a child (on the platform tier a child's upstream still gets the (org, label) digest);
 * the answer is treg's own JSON, ``{"output", "_treg": {endpoint, credential_tier, cost_micro,
@@ -35,7 +35,6 @@ from treg.call.record import audit
 from treg.call.relay import buffer_body
 from treg.call.state import CallOutcome, CallState
 from treg.call.types import CallInput
-from treg.catalog.ladder import load_org_credentials
 from treg.catalog.routed import RoutedPlan
 from treg.catalog.tiers import offer_tier
 from treg.context import Services
@@ -43,6 +42,7 @@ from treg.errors import GatewayFailed, TregError
 from treg.frozen import frozen_value
 from treg.identity import Identity
 from treg.ids import new_id
+from treg.org_data import load_org_credentials
 
 log = logging.getLogger(__name__)
 

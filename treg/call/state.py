@@ -10,15 +10,60 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money
-from treg.call import evidence
-from treg.call.record import call_record, request_evidence
-from treg.call.relay import PreparedRequest
-from treg.call.types import CallInput, ResolvedTarget
+from treg.call import evidence, headers as hdr
+from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
+from treg.call_record import USER_AGENT_MAX, CallRecord
 from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.identity import Identity
 from treg.infra.upstream import RawHeaders, UpstreamResponse
+from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
+
+
+def call_record(state: "CallState", *, outcome: str, status: int | None, refused_by: str | None = None,
+                error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
+                response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
+                error_response: dict[str, Any] | None = None, failure_kind: str | None = None,
+                kind: str | None = None) -> CallRecord:
+    """The audit row (``CallState.record``), with the optional columns a stage knows.
+
+    A speed trick, kept on purpose (docs/performance.md): the columns come in as named parameters (a
+    misspelt one is a TypeError, and no keyword dict is built per call) and go out positionally, in
+    :class:`CallRecord`'s field order, since this runs on every call."""
+    assert state.ident is not None
+    t = state.target
+    inp = state.inp
+    tool = t.tool if t else None
+    rec = CallRecord(
+        inp.call_id, state.ident.org_id, state.ident.member_id, inp.surface, inp.method,
+        mask_userinfo(state.masked(inp.rest[:2000]), MASK), outcome, status,
+        evidence.redact_url(t.upstream_url, state.redactor if state.secret_values else NO_SECRETS)
+        if t else None,
+        tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
+        t.endpoint_id if t else None, refused_by, error_code, blame,
+        t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
+        response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
+        error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
+        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
+        inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
+        ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
+    # once an overflow attempt took the answer over, the call's further rows are that attempt's
+    return rec if state.overflow is None else state.overflow.retarget(rec)
+
+
+def request_evidence(state: "CallState") -> dict[str, Any] | None:
+    """What was sent (or would have been), redacted, for a failed call's row."""
+    if state.prepared is not None:
+        r = state.prepared.request
+        return evidence.request_evidence(r.method, r.url, r.headers, r.body if isinstance(r.body, bytes) else None,
+                                         state.prepared.body_kept, state.redactor)
+    if state.target is not None:
+        body = state.inp.body if isinstance(state.inp.body, bytes) else None
+        return evidence.request_evidence(state.inp.method, state.target.full_url,
+                                         hdr.request_headers(state.inp.headers), body, body is not None,
+                                         state.redactor)
+    return None
 
 
 @dataclass(slots=True)
@@ -57,7 +102,7 @@ class CallState:
     ttfb_ms: int | None = None
     #: the injected credential values (masked in anything recorded), never logged
     secret_values: tuple[str, ...] = field(default=(), repr=False)
-    _redactor: evidence.Redactor | None = field(default=None, repr=False)
+    _redactor: Redactor | None = field(default=None, repr=False)
     claim: idempotency.Claim | None = None
     hold: money.Hold | None = None
     hold_state: str | None = None
@@ -84,16 +129,16 @@ class CallState:
     capacity_lock: Lock | None = None
     smoothed: tuple[str, ...] = ()
 
-    #: the audit row (treg/call/record.py)
+    #: the audit row (:func:`call_record`)
     record = call_record
     request_evidence = request_evidence
 
     @property
-    def redactor(self) -> evidence.Redactor:
+    def redactor(self) -> Redactor:
         # built on first use: its encoded variants cost more than a whole successful relay's bookkeeping
         if self._redactor is None:
             self._redactor = (self.prepared.redactor() if self.prepared is not None
-                              else evidence.Redactor.for_values(self.secret_values))
+                              else Redactor.for_values(self.secret_values))
         return self._redactor
 
     def masked(self, text: str) -> str:
