@@ -28,6 +28,7 @@ from typing import IO, Any, AsyncIterator, Iterable, Sequence
 
 from treg import jsonpath
 from treg.call import encodings
+from treg.call.bodies import read_bounded
 from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
 from treg.spool_budget import SpoolBudget
@@ -47,18 +48,12 @@ def _limit_error(detail: str) -> GatewayFailed:
 
 async def buffer_answer(resp: UpstreamResponse, limit: int | None = None) -> bytes:
     limit = BUFFER_MAX if limit is None else limit
-    parts: list[bytes] = []
-    size = 0
     try:
-        async for chunk in resp.body:
-            size += len(chunk)
-            if size > limit:
-                raise _limit_error(f"the provider's answer is larger than {limit} bytes, the most treg reads "
-                                   "to settle a metered call; nothing was charged")
-            parts.append(chunk)
+        return await read_bounded(resp.body, limit, lambda: _limit_error(
+            f"the provider's answer is larger than {limit} bytes, the most treg reads to settle a metered call; "
+            "nothing was charged"))
     finally:
         resp.close()  # a no-op after a full read
-    return b"".join(parts)
 
 
 @dataclass

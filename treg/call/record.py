@@ -2,7 +2,8 @@
 audit writer, ``treg/call/audit.py``) and one ``tool_called`` event, exactly once, however it ended.
 
 * a relayed answer is recorded by its outcome's ``finish`` (:func:`finisher`), called by the edge when
-  streaming ended;
+  streaming ended; an answer treg has whole (a replay, an archive hit, an overflow's or a routed call's)
+  by :func:`answered`'s;
 * every exceptional exit goes through :func:`exit_call`, the one unwind: the upstream answer closed,
   the hold and the idempotency claim given back, the failure recorded with redacted evidence.
 """
@@ -12,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Callable
-
 from treg import idempotency
-from treg.call import capacity_stage, catalog_stage, evidence
-from treg.call.state import CallState
+from treg.call import evidence
+from treg.call.state import CallState, Finish
 from treg.call_record import CallRecord
 from treg.context import Services
 from treg.errors import DbPoolExhausted, SsrfRefused, TregError
@@ -25,11 +24,13 @@ from treg.infra.upstream import UpstreamResponse
 from treg.plugins import call_hook, has_impls
 
 
-def audit(svc: Services, rec: CallRecord) -> None:
-    """Queue the row, then tell the ``treg_event`` observers (``tool_called``), if there are any."""
+def audit(svc: Services, rec: CallRecord, *, event: bool = True) -> None:
+    """Queue the row (and count it in the metrics), then tell the ``treg_event`` observers (``tool_called``),
+    if there are any. ``event`` False: a row of a call whose one event another row carries (an
+    overflowed call's direct attempt, treg/call/overflow_stage.py)."""
     svc.audit.record(rec)
     svc.metrics.observe_call(rec)
-    if not has_impls(svc.pm, "treg_event"):
+    if not event or not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
     call_hook(svc.pm, "treg_event", event=Event("tool_called", {
         "call_id": rec.id, "org_id": rec.org_id, "member_id": rec.member_id, "surface": rec.surface,
@@ -94,17 +95,13 @@ async def exit_call(svc: Services, state: CallState, exc: BaseException) -> None
         if not state.audited:
             state.audited = True
             if isinstance(exc, TregError):
-                exc.headers.update(catalog_stage.tier_headers(state.target))
-                exc.headers.update(capacity_stage.answer_headers(state))
+                exc.headers.update(state.catalog_headers(0))  # a refusal or failure is charged nothing
                 audit(svc, _failure_record(state, exc))
             elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
                 # the edge logs it with its traceback and answers 500 internal_error
                 audit(svc, _failure_record(state, _unexpected(), failure_kind="unexpected_exception"))
             else:
                 audit(svc, state.record(outcome="cancelled", status=resp.status if resp is not None else None))
-
-
-Finish = Callable[[int, BaseException | None], None]
 
 
 def ended_as(status: int, error: BaseException | None) -> str:
@@ -152,3 +149,22 @@ def finisher(svc: Services, state: CallState, resp: UpstreamResponse,
                                 blame="upstream" if resp.status >= 400 else None))
 
     return finish_once(state, record_answer)
+
+
+def answered(svc: Services, state: CallState, status: int, *, replayed: bool = False) -> Finish:
+    """The ``finish`` of an answer treg has whole (``CallOutcome.whole_answer``: an archive hit, an
+    overflow's or a routed call's answer, a replay): its one audit row once streaming ended, as
+    :func:`finisher` records a relayed one (nothing of it is kept as evidence). ``replayed``: an
+    idempotent replay, recorded as such."""
+    def finish(sent: int, error: BaseException | None) -> None:
+        if state.audited:
+            return
+        state.audited = True
+        if replayed:
+            audit(svc, state.record(outcome="replayed", status=status, response_bytes=sent))
+        else:
+            audit(svc, state.record(outcome=ended_as(status, error), status=status, response_bytes=sent,
+                                    request_bytes=state.inp.content_length,
+                                    blame="upstream" if status >= 400 else None))
+
+    return finish

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterable
+from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
 from treg.bindings import Binding, OutgoingRequest, compile_plan
 from treg.call import headers as hdr
+from treg.call.bodies import buffer_body
 from treg.call.target import ensure_dials
 from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
 from treg.context import Services
@@ -56,23 +57,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                              code="duplicate_json_key")
         seen[k] = v
     return seen
-
-
-async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> bytes:
-    if body is None:
-        return b""
-    if isinstance(body, bytes):
-        if len(body) > limit:
-            raise BadRequest(f"the body is larger than {limit} bytes", code="body_too_large")
-        return body
-    parts, size = [], 0
-    async for chunk in body:
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(f"the body is larger than {limit} bytes, the most a JSON binding buffers",
-                             code="body_too_large")
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
