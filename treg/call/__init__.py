@@ -32,7 +32,8 @@ feature          after 3         4 reserve            5 relay        6 settle   
 owned resources  1 check_owned                                       read_whole;
                                                                      2 observe_answer
 async jobs       2 guard                                             read_whole;
-                                                                     3 after_answer
+                                                                     3 after_answer;
+                                                                     deferred (cost)
 capacity         3 check_lock                         send: spacer,  7 after_answer
                                                       burst re-sent
 overflow         (may_overflow,  2 instead_of_direct                 1 after_direct       Attempt.close
@@ -49,7 +50,8 @@ money                            1 claim_key,                        4 store_for
   as the org's before its id leaves.
 * **async jobs** (``jobs.py``; ``treg/jobs/store.py``, ``treg/catalog/async_jobs.py``): a platform-tier
   poll or fetch must name a job of the caller's org; a submission's job is recorded and its hold left
-  open to its polls, the poll that reads it done settles it.
+  open to its polls (its answer then has no ``X-Treg-Cost-Micro``: ``deferred``), the poll that reads it
+  done settles it.
 * **capacity** (``capacity_stage.py``; ``treg/capacity/``): a locked platform key is refused before any
   hold (or its call is the lock's probe); only a platform-tier call's send goes through ``send`` (every
   other call's is the relay's plain ``send``); the breaker learns from the answer once its money is
