@@ -7,7 +7,8 @@
 2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``; the
    org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``) or a sealed
    redirect (``redirects.py``).
-3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes.
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then, on a
+   catalog call, the features' gates (the table below).
 4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
 5. ``relay.py`` — the exact upstream request with its credentials injected, its destination vetted,
    sent.
@@ -21,10 +22,14 @@ child call each, and closes the holds their settle stages left open.
 
 **The catalog's features, by stage.** Five features of catalog calls act in some of the stages: each
 part is one function of the feature's own module, called with one line from its stage, and its number
-is its place in that stage (``service.execute`` for the first three columns, ``settle.py``'s metered
-answer for the sixth). An own tool's call runs none of them: ``execute`` and ``settle`` ask once whether
-the target is a catalog endpoint. Money's parts are in the table because the others are ordered around
-them (an answer stored for a replay before its hold is settled; the breaker told once it is closed).
+is its place in that stage: "after 3" is ``service.execute``'s gates between authorize and reserve, "4
+reserve" the reserve stage's (the claim, the overflow and the hold are ``reserve.reserve``'s, the
+archive's lookup ``execute``'s next line), "6 settle" the settle stage's metered answer
+(``settle._metered_outcome``; ``read_whole`` decides it is one). An own tool's call runs none of them:
+``execute`` and ``settle`` ask once whether the target is a catalog endpoint. Money's parts are in the
+table because the others are ordered around them (an answer is stored for a replay before its hold is
+settled; the breaker is told once the hold is closed). tests/test_call_features.py holds this table
+against the code.
 
 ===============  ==============  ===================  =============  ===================  =============
 feature          after 3         4 reserve            5 relay        6 settle             7 the exit
