@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from bench.database import db_xacts
 from bench.load import Budget, Sample, aiohttp_load, pct, raw_load
@@ -42,6 +42,8 @@ class Phase:
     round_rps: list[float] = field(default_factory=list)
     round_p99: list[float] = field(default_factory=list)
     db_xacts: int = 0
+    #: what ``counters`` of :func:`run_phase` counted over the measured requests (summed over rounds)
+    counted: dict[str, float] = field(default_factory=dict)
 
     def figures(self) -> dict[str, Any]:
         lat = sorted(self.sample.latencies)
@@ -66,10 +68,12 @@ class Phase:
 
 
 async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, upstream_pid: int,
-                    into: Phase, dsn: str | None = None) -> int:
+                    into: Phase, dsn: str | None = None,
+                    counters: Callable[[], Awaitable[dict[str, float]]] | None = None) -> int:
     """Warm up, then measure one target at one concurrency into ``into``; returns the number of
     requests sent (warm-up included). With ``dsn``, the database transactions of the measured
-    requests are counted too (do calls pay a query, or do the caches answer?)."""
+    requests are counted too (do calls pay a query, or do the caches answer?); with ``counters`` (a
+    read of the server's own counters), their growth over the measured requests (``into.counted``)."""
     async def drive(count: int, cap: float, sample: Sample) -> int:
         budget = Budget(count, cap)
         if opts.client == "aiohttp":
@@ -84,6 +88,7 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
     count = opts.requests_c1 if concurrency == 1 else opts.requests
     sample = Sample()
     xacts0 = await db_xacts(dsn) if dsn else None
+    counted0 = await counters() if counters is not None else None
     t_self, t_up = os.times(), proc_cpu_s(upstream_pid)
     srv_user, srv_sys = proc_cpu_split(target.server_pid) if target.server_pid else (0.0, 0.0)
     busy0, total0 = machine_ticks()
@@ -107,6 +112,11 @@ async def run_phase(opts: argparse.Namespace, target: Target, concurrency: int, 
     into.total_ticks += total1 - total0
     into.round_rps.append(len(sample.latencies) / sample.seconds if sample.seconds else 0.0)
     into.round_p99.append(pct(sorted(sample.latencies), 99))
+    if counted0 is not None and counters is not None:
+        await asyncio.sleep(0.5)  # the settler's and the audit writer's last statements of the phase
+        counted1 = await counters()
+        for k, v in counted1.items():
+            into.counted[k] = into.counted.get(k, 0.0) + v - counted0.get(k, 0.0)
     if xacts0 is not None and dsn:
         await asyncio.sleep(1.5)  # the audit writer's last batch; backends report their stats within ~1 s
         xacts1 = await db_xacts(dsn)

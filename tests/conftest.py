@@ -14,6 +14,7 @@ import pytest
 pytest.register_assert_rewrite("treg.testing")
 
 from treg.testing import Events, example_provider, http_response, raw_upstream, vendor_gateway  # noqa: E402
+from treg.testing import browser as chromium_browser  # noqa: E402
 
 pytest_plugins = ["treg.testing.pytest_plugin"]
 
@@ -46,3 +47,23 @@ async def env(aiohttp_client, make_app):
                                                        "TREG_PLATFORM_KEY_FILES": "pk-files"}) as gw:
         await gw.tool("t", up.url + "/v1")
         yield gw, up, events
+
+
+@pytest.fixture
+async def chromium():
+    """Debian's chromium through Playwright, launched for the test (skipped, with the reason, when there
+    is none): tests/test_oauth_dot.py, test_oauth_dashboard.py, test_oauth_processes.py."""
+    if (why := chromium_browser.skip_reason()) is not None:
+        pytest.skip(why)
+    async with chromium_browser.chromium() as browser:
+        yield browser
+
+
+@pytest.fixture
+async def fake_oauth():
+    """A scripted OAuth provider on 127.0.0.1 counting its token requests (treg.testing.vendors.oauth):
+    tests/test_oauth_connections.py, test_oauth_dashboard.py."""
+    from treg.testing.vendors.oauth import FakeOAuth
+
+    async with FakeOAuth() as server:
+        yield server

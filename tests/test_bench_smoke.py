@@ -67,17 +67,19 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     assert arch["vendor_lookups_during_hits"] == 0 and arch["hit_states"] == {"hit": 20}
     assert arch["vendor_p50_ms"] >= 20 and arch["hit_p50_ms"] > 0
 
-    # the platform case: the same catalog call through treg and through treg without issue 11's call-path
-    # stages, at each concurrency; every call held and settled once, the org charged exactly those calls
+    # the platform case: the platform-tier catalog call beside an own tool's call through the same treg, at
+    # each concurrency, with treg's own count of database round trips; every platform call held and closed
+    # once, the org charged exactly those calls
     plat = result["platform"]
     prow = {(f["target"], f["concurrency"]): f for f in plat["throughput"]}
-    assert set(prow) == {(t, c) for t in ("treg", "treg-without") for c in (1, 4)}
+    assert set(prow) == {(t, c) for t in ("own", "platform") for c in (1, 4)}
     for f in prow.values():
         assert f["requests"] == 50 and f["errors"] == 0 and f["statuses"] == {"200": 50}
-        assert f["db_transactions_per_call"] is not None and f["db_transactions_per_call"] > 0
+        assert f["db_round_trips_per_call_all"] is not None
     for c in (1, 4):
-        assert isinstance(plat["ratios"][f"cpu_per_call_with_over_without_c{c}"], float)
-        assert isinstance(plat["ratios"][f"db_transactions_per_call_with_minus_without_c{c}"], float)
+        assert prow[("platform", c)]["db_round_trips_per_call_money"] > 0 == prow[("own", c)]["db_round_trips_per_call_money"]
+        assert isinstance(plat["ratios"][f"rps_platform_over_own_c{c}"], float)
+        assert isinstance(plat["ratios"][f"cpu_per_call_platform_over_own_c{c}"], float)
     money = plat["money"]
     assert money["ok"] is True and money["holds_open"] == 0 and money["holds_released"] == 0
     assert money["settled_holds_micro"] == money["balance_settled_micro"] == money["holds_settled"] * plat["price_micro"]
@@ -90,5 +92,5 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     text = "\n".join(lines[:-1])
     for word in ("direct", "baseline", "treg", "req/s", "p50 ms", "p99 ms", "rps_treg_over_baseline_c4",
                  "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:", "archive hits", "platform tier",
-                 "treg-without"):
+                 "rps_platform_over_own_c4"):
         assert word in text

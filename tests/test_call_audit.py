@@ -142,6 +142,7 @@ def test_record_fills_every_column_from_its_source():
     from its own source, checked by name."""
     from types import SimpleNamespace
 
+    from treg.bindings import Binding
     from treg.call.service import CallState
     from treg.call.types import CallInput
 
@@ -152,7 +153,9 @@ def test_record_fills_every_column_from_its_source():
     state.ident = SimpleNamespace(org_id="org_1", member_id="mem_1")
     state.target = SimpleNamespace(upstream_url="https://api.example/x?key=K", provider="api.example",
                                    endpoint_id="ep_1", credential_tier="tool",
-                                   tool=SimpleNamespace(id="tool_1", name="t"))
+                                   tool=SimpleNamespace(id="tool_1", name="t"),
+                                   bindings=(Binding("header", "X-Key", secret_id="sec_1"),
+                                             Binding("header", "Authorization", connection_id="conn_1")))
     state.cost_micro, state.hold_state, state.ttfb_ms, state.kind = 7, "settled", 3, "async_poll"
     state.result_state, state.cache_state = "miss", "stored"
     state.result_reason, state.cache_admission = "miss_rule", "result_miss"
@@ -175,6 +178,7 @@ def test_record_fills_every_column_from_its_source():
                    "parent_call_id": "call_0", "result_state": "miss", "cache_state": "stored",
                    "kind": "async_poll", "capacity_signal": "unrecorded",
                    "served_via": None,  # set only on an overflow attempt's row
+                   "credential_kind": "oauth", "connection_id": "conn_1",  # from the bindings (docs/oauth.md)
                    # the event's own fields (not columns)
                    "user_agent": ("sdk/1.0 " + "x" * 300)[:256], "probe": True, "smoothed": "wait=12, retry=1",
                    "result_reason": "miss_rule", "cache_admission": "result_miss"}
@@ -190,9 +194,9 @@ def test_the_events_own_fields_never_travel_to_the_database():
     from treg.call.audit import insert_sql
 
     rec = CallRecord(id="call_ua", org_id="org_1", member_id=None, surface="call", method="GET", target="t/x",
-                     outcome="ok", served_via="overflow:x", user_agent="UA-" + "u" * 200, probe=True,
-                     smoothed="wait=3", result_reason="hit_rule", cache_admission="admitted")
+                     outcome="ok", served_via="overflow:x", connection_id="conn_1", user_agent="UA-" + "u" * 200,
+                     probe=True, smoothed="wait=3", result_reason="hit_rule", cache_admission="admitted")
     _, params = insert_sql([rec])
     [row] = _json.loads(params["rows"])
-    assert row[-1] == "overflow:x" and len(row) == CallRecord._fields.index("served_via") + 1
+    assert row[-1] == "conn_1" and len(row) == CallRecord._fields.index("connection_id") + 1
     assert "UA-" not in params["rows"] and "admitted" not in params["rows"]

@@ -144,6 +144,9 @@ def test_upstream_buckets_are_cumulative_and_le_inclusive():
 class _DownDatabase:
     """A database that refuses every transaction (the server went away), its pool still countable."""
 
+    round_trips = 7
+    round_trips_of = {"money": 2}
+
     def tx(self):
         from treg.errors import DatabaseError
 

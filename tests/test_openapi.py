@@ -89,7 +89,7 @@ async def test_an_unknown_field_is_refused_on_every_route_that_takes_a_body(gate
     does not name, before anything else about the body is looked at (and nothing changes)."""
     member = await gateway.member("m@acme.test")
     ids = {"tool_id": (await gateway.tool("t", "https://93.184.216.34/"))["id"], "tag": "team",
-           "member_id": member["member_id"]}
+           "member_id": member["member_id"], "provider": "no-such-provider"}
     before = await gateway.api("GET", "/api/v1/limits", expect=200)
     for method, path in _bodies():
         url = path.format(**ids)

@@ -23,7 +23,7 @@ PUBLIC = {"Exchange", "FakeDns", "Gateway", "ProviderPlugin", "RawReply", "RawUp
 
 
 #: modules of treg/testing/ used by their own name (see the package's docstring), not re-exported
-BY_MODULE = {"__init__", "pytest_plugin", "import_each", "error_codes", "browser", "nginx"}
+BY_MODULE = {"__init__", "pytest_plugin", "import_each", "error_codes", "browser", "nginx", "oauth_server"}
 
 
 def test_every_name_is_importable_from_the_package():

@@ -26,10 +26,11 @@ from treg.settings import Settings
 from treg.call import capacity_stage, overflow_stage, runtime as call_runtime
 from treg import reaper
 from treg.archive import store as archive_store
+from treg import oauth_runtime
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
-from treg.web import resources_api
+from treg.web import oauth_api, oauth_pages, resources_api
 from treg.web.access_log import AccessLogger, AccessSink
 
 log = logging.getLogger("treg")
@@ -37,7 +38,7 @@ log = logging.getLogger("treg")
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
 COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, reaper.setup,
-                               tool_urls.setup, archive_store.setup, overflow_stage.setup)
+                               tool_urls.setup, archive_store.setup, overflow_stage.setup, oauth_runtime.setup)
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
@@ -55,6 +56,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
         the_dsn = dsn or await loop.run_in_executor(None, resolve_dsn, settings)
         await loop.run_in_executor(None, migrate.upgrade, the_dsn)
         db = await Database(the_dsn, minsize=settings.db_pool_min, maxsize=settings.db_pool_max,
+                            statement_connections=settings.db_statement_connections,
                             timeout=settings.db_timeout_s).open()
         state["db"] = db
         yield
@@ -92,6 +94,8 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, capacity_api.routes)
     errors.add_routes(app, resources_api.routes)
     errors.add_routes(app, index_routes.routes)
+    errors.add_routes(app, oauth_api.routes)
+    app.router.add_routes(oauth_pages.routes)  # the consent pages render their own refusals as pages
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)
     dashboard.setup(app)  # /ui/: HTML pages, which render their own refusals as pages

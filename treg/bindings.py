@@ -1,7 +1,9 @@
 """Credential bindings and the injector interface (shared by core and plugins).
 
-A binding says where one credential goes: ``{location, name, format?, secret_id?, platform_setting?,
-secret_field?}``. An :class:`Injector` (registered by a plugin for its ``location``) validates bindings at
+A binding says where one credential goes: ``{location, name, format?, secret_id?, connection_id?,
+platform_setting?, secret_field?}`` (exactly one of ``secret_id``, ``connection_id`` and
+``platform_setting``; a connection's access token is the value: docs/oauth.md). An :class:`Injector`
+(registered by a plugin for its ``location``) validates bindings at
 registration time and writes the rendered value into the outgoing request at call time.
 
 Which injector writes each of a target's bindings, and whether one needs the JSON body, is decided once
@@ -46,6 +48,8 @@ class Binding:
     secret_id: str | None = None
     platform_setting: str | None = None
     secret_field: str | None = None
+    #: an OAuth connection whose access token is the value (docs/oauth.md)
+    connection_id: str | None = None
 
     @property
     def is_literal(self) -> bool:
@@ -59,7 +63,7 @@ class Binding:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"location": self.location, "name": self.name, "format": self.format}
-        for key in ("secret_id", "platform_setting", "secret_field"):
+        for key in ("secret_id", "connection_id", "platform_setting", "secret_field"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -68,7 +72,7 @@ class Binding:
     def from_json(cls, data: Mapping[str, Any]) -> "Binding":
         return cls(location=data["location"], name=data["name"], format=data.get("format") or "{secret}",
                    secret_id=data.get("secret_id"), platform_setting=data.get("platform_setting"),
-                   secret_field=data.get("secret_field"))
+                   secret_field=data.get("secret_field"), connection_id=data.get("connection_id"))
 
 
 def format_fields(fmt: str) -> list[str]:
@@ -109,6 +113,8 @@ class InjectionPlan(NamedTuple):
     #: (the call then fails closed, ``injector_missing``)
     injectors: tuple[Injector | None, ...]
     needs_json: bool
+    #: a binding names an OAuth connection: its token is fetched (refreshed if due) before injecting
+    connections: bool = False
 
 
 EMPTY = InjectionPlan((), False)
@@ -118,4 +124,5 @@ def compile_plan(injectors: Mapping[str, Injector], bindings: tuple[Binding, ...
     if not bindings:
         return EMPTY
     found = tuple(injectors.get(b.location) for b in bindings)
-    return InjectionPlan(found, any(i is not None and i.needs_json_body for i in found))
+    return InjectionPlan(found, any(i is not None and i.needs_json_body for i in found),
+                         any(b.connection_id for b in bindings))

@@ -52,6 +52,10 @@ class CallRecord(NamedTuple):
     capacity_signal: str | None = None
     #: ``overflow:<aggregator>`` on an overflow attempt's row (treg/call/overflow_stage.py)
     served_via: str | None = None
+    #: the kind of credential injected (``oauth``, ``secret``, ``platform``; None: none) and, on ``oauth``,
+    #: the connection (docs/oauth.md)
+    credential_kind: str | None = None
+    connection_id: str | None = None
     # -- the ``tool_called`` event's own fields, after every column: not stored (the audit writer sends
     # only the fields up to the last column, treg/call/audit.py)
     #: the caller's User-Agent (cut to USER_AGENT_MAX characters): which client or SDK calls

@@ -34,7 +34,8 @@ DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.ups
                                  calls.c.tool_name, calls.c.provider, calls.c.endpoint_id, calls.c.error_code,
                                  calls.c.blame, HOLD_STATE, calls.c.tag, calls.c.request_bytes,
                                  calls.c.response_bytes, calls.c.ttfb_ms, calls.c.failure_kind,
-                                 calls.c.parent_call_id, calls.c.result_state, calls.c.cache_state)
+                                 calls.c.parent_call_id, calls.c.result_state, calls.c.cache_state,
+                                 calls.c.credential_kind, calls.c.connection_id)
 MAX_LIMIT = 500
 #: ``?kind=``: an async job's calls (docs/lifecycle.md); polls are listed only when asked for by kind
 KINDS = ("async_submit", "async_poll", "async_fetch")
@@ -49,7 +50,9 @@ def _kind_filter(kind: str | None) -> Any:
 
 
 async def _flush(svc: Services) -> None:
-    # the writer batches; a reader must see its own calls
+    # the writer batches and the settler closes holds after the answers: a reader must see its own
+    # calls and what they were charged
+    await svc.settler.drain()
     await svc.audit.flush()
 
 

@@ -26,6 +26,7 @@ from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
+from treg.oauth_runtime import OAuthRuntime
 from treg.overflow.aggregator import Aggregator
 from treg.plugins import PluginHost
 from treg.redaction import RedactorMemo
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 
     from treg.call_record import CallRecord
+    from treg.hold import Close, Hold
 
 
 class AuditSink(Protocol):
@@ -51,6 +53,14 @@ class AuditSink(Protocol):
     def touch_token(self, token_id: str) -> None: ...
 
     async def flush(self) -> None: ...
+
+
+class HoldCloser(Protocol):
+    """Closes money holds (treg.money.settler): at once outside a server, off the answer's path in one."""
+
+    async def close(self, hold: "Hold", close: "Close") -> bool: ...
+
+    async def drain(self) -> None: ...
 
 
 class NullAuditWriter:
@@ -90,6 +100,9 @@ class Services:
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: RedactorMemo
+    #: closes money holds: at once (treg.money.settler.InlineSettler) until the call runtime installs the
+    #: background Settler, which closes them off the answer's path
+    settler: HoldCloser
     #: the breaker's strikes and locks (treg.capacity.breaker), written after platform-tier answers
     breaker: BreakerStore
     #: this process's in-memory copy of the locks (LISTEN/NOTIFY-fed once the call runtime starts it)
@@ -116,3 +129,6 @@ class Services:
     #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
     #: hosts, plain JSON exchanges, not the faithful upstream session; the null session until it opens
     aggregator_client: "aiohttp.ClientSession | NotServing" = field(default_factory=NotServing)
+    #: OAuth connections' token endpoints (their session, this process's refreshes in flight:
+    #: treg/oauth_runtime.py); the null session until the app opens it
+    oauth: OAuthRuntime = field(default_factory=OAuthRuntime)

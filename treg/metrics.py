@@ -108,6 +108,11 @@ class Metrics(Collector):
         self.capacity_locks = Gauge("treg_capacity_locks", "Capacity locks held now", registry=r)
         self.overflow = Counter("treg_overflow", "Overflow decisions, by aggregator and result",
                                 ("aggregator", "result"), registry=r)
+        #: OAuth connections' refreshes by outcome (ok, invalid_grant, failed: docs/oauth.md)
+        self.oauth_refreshes = Counter("treg_oauth_refresh", "OAuth token refreshes, by outcome", ("outcome",),
+                                       registry=r)
+        for outcome in ("ok", "invalid_grant", "failed"):
+            self.oauth_refreshes.labels(outcome=outcome)  # every outcome exported from the start, at 0
         #: (surface, outcome, credential_tier, refused_by) as recorded -> calls; bounded when exported
         self.calls: dict[tuple[Any, ...], int] = {}
         self.upstream: dict[str, _Latency] = {}
@@ -119,6 +124,9 @@ class Metrics(Collector):
     def bind(self, db: "Database") -> None:
         """The database whose pool and money figures the scrape reports."""
         self._db = db
+
+    def oauth_refresh(self, outcome: str) -> None:
+        self.oauth_refreshes.labels(outcome=outcome).inc()
 
     # -- the call path ---------------------------------------------------------------------------
     def observe_call(self, rec: "CallRecord") -> None:
@@ -192,6 +200,15 @@ class Metrics(Collector):
             buckets.append(("+Inf", cumulative[-1]))
             upstream.add_metric((label,), buckets, total)
         yield upstream
+        trips = CounterMetricFamily("treg_db_round_trips", "Statements this process sent to the database (one "
+                                    "round trip each; a transaction's BEGIN and COMMIT count), by what they were for",
+                                    labels=("path",))
+        total = self._db.round_trips if self._db is not None else 0
+        by_path = dict(self._db.round_trips_of) if self._db is not None else {}
+        for path in ("money", "audit"):
+            trips.add_metric((path,), by_path.get(path, 0))
+        trips.add_metric(("other",), total - sum(by_path.get(p, 0) for p in ("money", "audit")))
+        yield trips
         pool = GaugeMetricFamily("treg_db_pool_connections", "Database pool connections, by state",
                                  labels=("state",))
         in_use, idle = self._db.pool_use() if self._db is not None else (0, 0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import field
 from types import MappingProxyType
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from sqlalchemy import and_, select
 from yarl import URL
@@ -32,6 +32,7 @@ from treg.identity import Identity
 from treg.infra.crypto import DecryptError
 from treg.infra.schema import secrets, tools
 from treg.infra.upstream import DialKey, dial_key
+from treg.oauth.store import org_connections
 from treg.query import split_query
 from treg.redaction import RedactorMemo
 
@@ -232,12 +233,13 @@ async def load_org_credentials(svc: Services, ident: Identity,
     wanted = set(providers) if providers is not None else None
     if wanted is not None and not wanted:
         return OrgCredentials(org_id=ident.org_id)
+    own_conns, team_conns = await oauth_connections(svc, ident, wanted)
     stored = await org_secret_rows(svc, ident.org_id)
     rows = sorted((r for r in stored.rows.values()
                    if r["provider"] is not None and (wanted is None or r["provider"] in wanted)),
                   key=lambda r: (r["created_at"], r["id"]), reverse=True)
     if not rows:
-        return OrgCredentials(org_id=ident.org_id)
+        return OrgCredentials(org_id=ident.org_id, own_connections=own_conns, team_connections=team_conns)
     provider_of = {r["id"]: r["provider"] for r in rows}
     team: dict[str, str] = {}
     for r in rows:  # newest first: the first seen per provider wins
@@ -256,4 +258,28 @@ async def load_org_credentials(svc: Services, ident: Identity,
             own.setdefault(pid, []).append(tool)
     return OrgCredentials(org_id=ident.org_id,
                           own_tools=MappingProxyType({k: tuple(v) for k, v in own.items()}),
-                          team_secrets=MappingProxyType(team))
+                          team_secrets=MappingProxyType(team), own_connections=own_conns,
+                          team_connections=team_conns)
+
+
+async def oauth_connections(svc: Services, ident: Identity,
+                            wanted: set[str] | None) -> tuple[Mapping[str, str], Mapping[str, str]]:
+    """provider → the caller's own newest active connection, and the org's newest shared one, for the
+    providers that declare OAuth (docs/oauth.md), read from the org's cached connection rows."""
+    providers = [p for p in (wanted if wanted is not None else svc.catalog.providers)
+                 if (prov := svc.catalog.providers.get(p)) is not None and prov.oauth is not None]
+    if not providers:
+        return _EMPTY, _EMPTY
+    cached = await org_connections(svc, ident.org_id)
+    own: dict[str, str] = {}
+    team: dict[str, str] = {}
+    for pid in providers:
+        mine, shared = cached.newest(pid, ident)
+        if mine:
+            own[pid] = mine
+        if shared:
+            team[pid] = shared
+    return MappingProxyType(own), MappingProxyType(team)
+
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -26,6 +27,12 @@ class OriginSettings(Protocol):
 
     @property
     def public_url(self) -> str | None: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 #: a prefix's segments: RFC 3986 path characters, no empty segment (``//treg`` would read as a host)
@@ -133,3 +140,38 @@ def sent_from(origin: str | None, referer: str | None, own: set[str]) -> bool:
     if referer is not None:
         return origin_of_url(referer) in own
     return False
+
+
+#: the local address the request being served came in on (``sockname``), noted by the edges whose work
+#: builds absolute URLs (the call surfaces and MCP: a ``connect_url`` in a refusal), for when
+#: ``TREG_PUBLIC_URL`` is unset
+_LISTEN: ContextVar[Any] = ContextVar("treg_listen", default=None)
+
+
+def own_base(settings: OriginSettings, sockname: Any) -> str:
+    """treg's own origin and path prefix as one URL to append paths to (``https://gw.example.com/treg``):
+    ``TREG_PUBLIC_URL`` when set, else ``http://<address>:<port>`` of the connection ``sockname`` (never
+    the Host header); without either, the configured listen address."""
+    if settings.public_url:
+        origin, prefix = _split(settings.public_url)
+        return f"{origin}{prefix}"
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        host = str(sockname[0]).split("%", 1)[0]
+        try:
+            if ipaddress.ip_address(host).version == 6:
+                host = f"[{host}]"
+        except ValueError:
+            pass
+        return f"http://{host}:{sockname[1]}"
+    host = settings.host if ":" not in settings.host else f"[{settings.host}]"
+    return f"http://{host}:{settings.port}"
+
+
+def note_listen(sockname: Any) -> None:
+    """Remember, for the rest of this request's task, the address it came in on (see :func:`request_base`)."""
+    _LISTEN.set(sockname)
+
+
+def request_base(settings: OriginSettings) -> str:
+    """:func:`own_base` of the request being served (the address an edge noted with :func:`note_listen`)."""
+    return own_base(settings, _LISTEN.get())

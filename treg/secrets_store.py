@@ -99,4 +99,7 @@ async def rotate_key(svc: Services, new_box: SecretBox, progress: Callable[[int,
         moved += len(rows)
         if progress:
             progress(moved, total or moved)
-    return moved
+    # the other sealed values under the master key: OAuth apps' client secrets and connections' tokens
+    from treg.oauth.rotation import rotate_blobs
+
+    return moved + await rotate_blobs(svc, new_box)

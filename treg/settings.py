@@ -94,6 +94,9 @@ class Settings:
         "(and audited as cancelled)", "float")
     db_pool_min: int = _setting("TREG_DB_POOL_MIN", 1, "database pool: connections kept open", "int")
     db_pool_max: int = _setting("TREG_DB_POOL_MAX", 10, "database pool: most connections at once", "int")
+    db_statement_connections: int = _setting(
+        "TREG_DB_STATEMENT_CONNECTIONS", 4, "connections of their own, beside the pool, for the one-statement round "
+        "trips of the hot path (a money hold, hold closes, an audit batch); opened when first needed", "int")
     db_timeout_s: float = _setting("TREG_DB_TIMEOUT_S", 10.0, "seconds to wait for a pooled connection", "float")
     upstream_connect_timeout_s: float = _setting(
         "TREG_UPSTREAM_CONNECT_TIMEOUT_S", 10.0, "seconds to connect to an upstream", "float")
@@ -192,6 +195,25 @@ class Settings:
     overflow_budgets: Mapping[str, int] = field(default_factory=dict, metadata={
         "env": "TREG_OVERFLOW_DAILY_BUDGET_MICRO_*", "kind": "prefixed:int",
         "help": f"most treg spends at aggregator `<NAME>` per UTC day (micro-USD); unset: {10_000_000} (USD 10)"})
+    # -- OAuth connections (docs/oauth.md) ---------------------------------------------------------
+    oauth_connect_ttl_s: int = _setting(
+        "TREG_OAUTH_CONNECT_TTL_S", 600, "seconds a connection's `connect_url` stays valid (single-use), and its "
+        "`state` after the consent page's button was pressed", "int")
+    oauth_refresh_skew_s: float = _setting(
+        "TREG_OAUTH_REFRESH_SKEW_S", 60.0, "a call whose connection's access token expires within this many seconds "
+        "refreshes it first", "float")
+    oauth_refresh_lease_s: float = _setting(
+        "TREG_OAUTH_REFRESH_LEASE_S", 30.0, "how long one process's refresh of a connection holds its PostgreSQL "
+        "lease (the others wait at most this long for its new token); the token endpoint is given half of it",
+        "float")
+    #: ``TREG_OAUTH_CLIENT_ID_<PROVIDER>`` / ``TREG_OAUTH_CLIENT_SECRET_<PROVIDER>``: the deployment's OAuth app
+    oauth_client_ids: Mapping[str, str] = field(default_factory=dict, metadata={
+        "env": "TREG_OAUTH_CLIENT_ID_*", "kind": "prefixed:str",
+        "help": "the deployment's OAuth client id at provider `<PROVIDER>` (upper-case, `-` → `_`), used by every "
+                "org that registered no app of its own"})
+    oauth_client_secrets: Mapping[str, SecretStr] = field(default_factory=dict, metadata={
+        "env": "TREG_OAUTH_CLIENT_SECRET_*", "kind": "prefixed:secret",
+        "help": "the deployment's OAuth client secret at provider `<PROVIDER>` (never logged)"})
     ui_session_ttl_s: int = _setting(
         "TREG_UI_SESSION_TTL_S", 12 * 3600, "seconds a dashboard login (`treg_session` cookie) stays valid", "int")
     # -- the archive of catalog answers (docs/lifecycle.md § Result classifiers and the archive) -----
@@ -225,6 +247,13 @@ class Settings:
 
     def overflow_budget_micro(self, aggregator: str) -> int:
         return self.overflow_budgets.get(prefixed_name(aggregator), OVERFLOW_DAILY_BUDGET_MICRO)
+
+    def oauth_client(self, provider: str) -> tuple[str, SecretStr] | None:
+        """The deployment's OAuth app at ``provider`` (``TREG_OAUTH_CLIENT_ID_<P>`` and
+        ``TREG_OAUTH_CLIENT_SECRET_<P>``, both set), else None."""
+        name = prefixed_name(provider)
+        client_id, secret = self.oauth_client_ids.get(name), self.oauth_client_secrets.get(name)
+        return (client_id, secret) if client_id and secret else None
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)

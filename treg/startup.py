@@ -56,7 +56,8 @@ def invoke_startup(settings: Settings, *, extra_plugins: Iterable[Any] = ()) -> 
     pm = plugins.create_manager(settings.plugins_dir, extra=extra_plugins, trace=settings.trace_plugins)
     injectors = plugins.collect_injectors(pm)
     aggregators = collect_aggregators(pm)
-    catalog = load_catalog(pm, injectors, aggregators)
+    # an oauth block's URLs may be plain http only while TREG_SSRF_ALLOW exempts addresses (docs/oauth.md)
+    catalog = load_catalog(pm, injectors, aggregators, oauth_http=bool(settings.ssrf_allow))
     return Startup(pm=pm, injectors=injectors, aggregators=aggregators, catalog=catalog,
                    capacity_signatures=load_signatures(pm, catalog),
                    result_classifiers=load_classifiers(pm, catalog))

@@ -23,13 +23,14 @@ from treg.identity import Identity, require_manager
 from treg.ids import new_id
 from treg.infra import ssrf
 from treg.infra.db import Tx
-from treg.infra.schema import members, projects, secrets, tools
+from treg.infra.schema import members, oauth_connections, projects, secrets, tools
 from treg.management import missing_ids, refuse_unknown_fields
 from treg.org_changes import changes
 from treg.redaction import MASK, mask_userinfo
 
 _TOOL_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
-_BINDING_KEYS = {"location", "name", "format", "secret_id", "platform_setting", "secret_field"}
+_BINDING_KEYS = {"location", "name", "format", "secret_id", "connection_id", "platform_setting", "secret_field"}
+_SOURCES = ("secret_id", "connection_id", "platform_setting")
 _SETTING_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,127}\Z")
 TOOL_FIELDS = ("name", "base_url", "bindings", "project_id", "allowed_member_ids")
 TOOL_COLUMNS = (tools.c.id, tools.c.name, tools.c.base_url, tools.c.host, tools.c.bindings, tools.c.project_id,
@@ -150,7 +151,10 @@ def _check_format(where: str, fmt: str) -> None:
                          code="invalid_format")
 
 
-async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> list[Binding]:
+async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any, member_id: str | None = None,
+                            kept: frozenset[str] = frozenset()) -> list[Binding]:
+    """The bindings of a tool, checked (``member_id``: who registers it, whose own connections it may bind;
+    ``kept``: connections the tool bound already, which an edit may keep)."""
     if not isinstance(raw, list):
         raise BadRequest("bindings must be a list of binding objects", code="invalid_binding")
     out: list[Binding] = []
@@ -163,7 +167,7 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
         unknown = set(item) - _BINDING_KEYS
         if unknown:
             raise BadRequest(f"{where} has unknown keys {sorted(unknown)}", code="invalid_binding")
-        for key in ("location", "name", "format", "secret_id", "platform_setting", "secret_field"):
+        for key in ("location", "name", "format", "secret_id", "connection_id", "platform_setting", "secret_field"):
             if key in item and item[key] is not None and not isinstance(item[key], str):
                 raise BadRequest(f"{where}.{key} must be a string", code="invalid_binding")
         location, name = item.get("location"), item.get("name")
@@ -175,8 +179,12 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
             raise BadRequest(f"{where}.secret_field must be a non-empty string when given", code="invalid_binding")
         fmt = item.get("format") if item.get("format") is not None else "{secret}"
         _check_format(where, fmt)
-        if bool(item.get("secret_id")) == bool(item.get("platform_setting")):
-            raise BadRequest(f"{where} needs exactly one of secret_id and platform_setting", code="invalid_binding")
+        if sum(bool(item.get(k)) for k in _SOURCES) != 1:
+            raise BadRequest(f"{where} needs exactly one of secret_id, connection_id and platform_setting",
+                             code="invalid_binding")
+        if item.get("connection_id") and item.get("secret_field"):
+            raise BadRequest(f"{where}.secret_field picks a field of a JSON secret; a connection's value is its "
+                             "access token", code="invalid_binding")
         if item.get("platform_setting") and not _SETTING_NAME.fullmatch(item["platform_setting"]):
             raise BadRequest(f"{where}.platform_setting must be a setting name such as TREG_PLATFORM_ADS_TOKEN",
                              code="invalid_binding")
@@ -186,7 +194,8 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
             raise Unprocessable(f"{where}.platform_setting {item['platform_setting']!r} is not one the operator "
                                 "lets org tools inject (TREG_TOOL_PLATFORM_SETTINGS)", code="platform_setting_not_allowed")
         binding = Binding(location=location, name=name, format=fmt, secret_id=item.get("secret_id"),
-                          platform_setting=item.get("platform_setting"), secret_field=item.get("secret_field"))
+                          platform_setting=item.get("platform_setting"), secret_field=item.get("secret_field"),
+                          connection_id=item.get("connection_id"))
         injector = svc.injectors.get(location)
         if injector is None:
             raise Unprocessable(f"{where}.location {location!r} has no injector; known: {sorted(svc.injectors)}",
@@ -214,7 +223,33 @@ async def validate_bindings(svc: Services, tx: Tx, org_id: str, raw: Any) -> lis
                                     "lists their ids)", code="unknown_secret")
             if b.secret_id and b.secret_field and not found[b.secret_id]:
                 raise Unprocessable(f"bindings[{i}].secret_field needs a JSON-object secret", code="invalid_binding")
+    await check_connection_bindings(tx, org_id, out, member_id, kept)
     return out
+
+
+async def check_connection_bindings(tx: Tx, org_id: str, bindings: list[Binding], member_id: str | None,
+                                    kept: frozenset[str] = frozenset()) -> None:
+    """A binding may name a connection of this org that is shared (the team's), or the registering
+    member's own: a tool others may use must not lend them a person's grant that person did not make
+    (docs/oauth.md "Using a connection")."""
+    wanted = sorted({b.connection_id for b in bindings if b.connection_id})
+    if not wanted:
+        return
+    rows = await tx.fetch_all(select(oauth_connections.c.id, oauth_connections.c.shared,
+                                     oauth_connections.c.created_by)
+                              .where(and_(oauth_connections.c.org_id == org_id, oauth_connections.c.id.in_(wanted))))
+    found = {r["id"]: r for r in rows}
+    for i, b in enumerate(bindings):
+        if not b.connection_id:
+            continue
+        row = found.get(b.connection_id)
+        if row is None:
+            raise Unprocessable(f"bindings[{i}].connection_id is not a connection of this org (GET "
+                                "/api/v1/connections lists them)", code="unknown_connection")
+        if not row["shared"] and row["created_by"] != member_id and b.connection_id not in kept:
+            raise Unprocessable(f"bindings[{i}].connection_id is another member's own connection; bind a shared one "
+                                "(POST /api/v1/connections with \"shared\": true) or one you made",
+                                code="connection_not_shared")
 
 
 def platform_setting_allowed(svc: Services, name: str) -> bool:
@@ -266,7 +301,7 @@ async def create_tool(svc: Services, ident: Identity, body: dict[str, Any]) -> d
     stored_url, sealed = tool_urls.seal(svc, ident.org_id, tool_id, base_url)
     try:
         async with changes(svc, "tools", ident.org_id) as tx:
-            bindings = await validate_bindings(svc, tx, ident.org_id, body.get("bindings", []))
+            bindings = await validate_bindings(svc, tx, ident.org_id, body.get("bindings", []), ident.member_id)
             await _check_scope(tx, ident.org_id, body.get("project_id"), allowed)
             row = await tx.fetch_one(insert(tools).values(
                 id=tool_id, org_id=ident.org_id, name=name, base_url=stored_url, base_url_sealed=sealed, host=host,
@@ -327,10 +362,11 @@ async def update_tool(svc: Services, ident: Identity, tool_id: str, body: dict[s
         values.update(base_url=stored_url, base_url_sealed=sealed, host=host)
     try:
         async with changes(svc, "tools", ident.org_id) as tx:
-            await _load(tx, ident.org_id, tool_id)
+            current = await _load(tx, ident.org_id, tool_id)
             if "bindings" in body:
-                values["bindings"] = [b.to_json() for b in await validate_bindings(svc, tx, ident.org_id,
-                                                                                   body["bindings"])]
+                kept = frozenset(b.get("connection_id") for b in current["bindings"] if b.get("connection_id"))
+                values["bindings"] = [b.to_json() for b in await validate_bindings(
+                    svc, tx, ident.org_id, body["bindings"], ident.member_id, kept)]
             if "project_id" in body or "allowed_member_ids" in body:
                 await _check_scope(tx, ident.org_id, body.get("project_id"), body.get("allowed_member_ids"))
             if "project_id" in body:

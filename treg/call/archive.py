@@ -91,11 +91,15 @@ def credential_of(target: "ResolvedTarget") -> CredentialRef:
     cat = target.catalog
     assert cat is not None
     tier = str(target.credential_tier)
+    # an OAuth connection is a credential like a secret: the ladder's own or shared one, or the one an own
+    # tool's binding names
+    connections = [b.connection_id for b in cat.bindings if b.connection_id is not None]
     if tier == "own":
-        return CredentialRef.of("own", tool_id=cat.tool_id,
+        return CredentialRef.of("own", tool_id=cat.tool_id, connection_ids=connections,
                                 secret_ids=[b.secret_id for b in cat.bindings if b.secret_id is not None])
     if tier == "team":
-        return CredentialRef.of("team", secret_ids=[cat.secret_id] if cat.secret_id is not None else [])
+        return CredentialRef.of("team", connection_ids=connections,
+                                secret_ids=[cat.secret_id] if cat.secret_id is not None else [])
     return CredentialRef.of(tier)
 
 

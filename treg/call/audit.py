@@ -1,7 +1,8 @@
 """The audit writer: call records (and token last-use times) written in batches, none lost.
 
 A call never waits on an audit INSERT: records are queued and a background task writes them in one
-multi-row INSERT every ``TREG_AUDIT_FLUSH_MS`` (or sooner when many are waiting). On a clean shutdown
+multi-row INSERT, with the tokens' last use, as one statement (one round trip) every
+``TREG_AUDIT_FLUSH_MS`` (or sooner when many are waiting). On a clean shutdown
 ``close()`` writes everything still queued. A failed write is retried; a row is dropped only if it
 cannot be written after several attempts (logged, without its evidence).
 """
@@ -46,11 +47,14 @@ _STORED = max(CallRecord._fields.index(c.name) for c in _COLUMNS) + 1
 
 _INSERT_SQL = (f"INSERT INTO {calls.name} ({', '.join(c.name for c in _COLUMNS)}) "
                f"SELECT {', '.join(_column_sql(c) for c in _COLUMNS)} FROM jsonb_array_elements(%(rows)s::jsonb) AS r")
+#: a batch as one statement, one round trip (the connection is in autocommit, so it is atomic): the
+#: tokens' last use written by a data-modifying CTE beside the rows' INSERT
+_BATCH_SQL = (f"WITH touched AS (UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(ids)s) RETURNING 1) "
+              + _INSERT_SQL)
 BATCH_MAX = 500
 #: rows encoded per step of the loop: a 500-row batch encoded at once held the loop for ms at a time,
 #: so the call in flight at that moment waited for it (the c=1 tail, docs/performance.md round 4)
 ENCODE_SLICE = 64
-_TOUCH_SQL = f"UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(ids)s)"
 
 
 class AuditWriter:
@@ -97,12 +101,8 @@ class AuditWriter:
                 while pending or touched:
                     batch = pending[:BATCH_MAX]
                     try:
-                        insert = await insert_sql_spread(batch) if batch else None
-                        async with self._svc.db.tx() as tx:
-                            if insert is not None:
-                                await tx.execute(*insert)
-                            if touched:
-                                await tx.execute(_TOUCH_SQL, {"ids": sorted(touched)})
+                        rows = (await insert_sql_spread(batch))[1]["rows"] if batch else "[]"
+                        await self._svc.db.run(_BATCH_SQL, {"rows": rows, "ids": sorted(touched)}, path="audit")
                         del pending[:len(batch)]
                         touched = set()
                         self.written += len(batch)

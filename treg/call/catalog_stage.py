@@ -21,6 +21,7 @@ from treg.catalog.ladder import plan_call
 from treg.catalog.enforce import check_request
 from treg.catalog.model import Endpoint
 from treg.context import Services
+from treg.oauth import credentials as oauth
 from treg.errors import TregError
 from treg.identity import Identity
 from treg.org_data import load_org_credentials, org_tools, usable
@@ -46,12 +47,17 @@ async def target_for(svc: Services, ident: Identity, state: CallState, endpoint:
     body = await _request_body(svc, state, endpoint)
     inp = state.inp
     checked = check_request(endpoint, method=inp.method, query=split_query(inp.raw_query), body=body, surface=surface)
-    cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
+    try:
+        cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
+    except NoCredential as exc:  # a provider that declares OAuth: the refusal carries a connect_url
+        raise await oauth.no_credential(svc, ident, endpoint.provider, exc) from None
     tool = None
     if cat.tool_id is not None:
         tool = next((t for t in await org_tools(svc, ident.org_id) if t.id == cat.tool_id), None)
     if tool is not None and tool.bindings == cat.bindings:
         plan = tool.plan  # own tier: compiled with the org's tools
+    elif cat.connection_id is not None:  # the provider's auth, filled by an OAuth connection's token
+        plan = provider_plan(svc, cat.provider)._replace(connections=True)
     elif cat.tier in ("team", "platform"):
         plan = provider_plan(svc, cat.provider)  # the provider's auth, filled per tier
     else:

@@ -42,6 +42,7 @@ def audit(svc: Services, rec: CallRecord, *, event: bool = True) -> None:
         "result_state": rec.result_state, "result_reason": rec.result_reason, "cache_state": rec.cache_state,
         "cache_admission": rec.cache_admission, "kind": rec.kind, "capacity_signal": rec.capacity_signal,
         "probe": rec.probe, "smoothed": rec.smoothed, "tag": rec.tag, "user_agent": rec.user_agent,
+        "credential_kind": rec.credential_kind, "connection_id": rec.connection_id,
     }))
 
 

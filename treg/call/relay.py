@@ -25,6 +25,7 @@ from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
 from treg.infra import upstream
 from treg.infra.upstream import UpstreamRequest, UpstreamResponse
+from treg.oauth import credentials as oauth
 from treg.org_data import OrgSecrets, org_secret_rows, secret_missing
 
 if TYPE_CHECKING:
@@ -78,13 +79,18 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
             break
     # compiled when the tool (or the catalog provider) loaded; a target built without one compiles here
     plan = target.plan or compile_plan(svc.injectors, bindings)
+    # OAuth connections: their access tokens, refreshed first when due (no DB connection held meanwhile)
+    tokens = await oauth.connection_tokens(svc, org_id, bindings) if plan.connections else None
     steps = []
     values: list[str] = []
     for injector, binding in zip(plan.injectors, bindings, strict=True):
         if injector is None:  # a plugin was removed since registration: fail closed
             raise GatewayFailed(f"no injector for binding location {binding.location!r} is loaded",
                                 code="injector_missing", blame="treg")
-        value = _secret_value(svc, binding, stored, own_tool=own_tool)
+        if tokens is not None and binding.connection_id:
+            value = tokens[binding.connection_id][0].access_token
+        else:
+            value = _secret_value(svc, binding, stored, own_tool=own_tool)
         steps.append((injector, binding, value))
         if value:  # every value to mask in evidence, raw and rendered
             values.append(value)
@@ -130,12 +136,16 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     url = target.upstream_url
     if out.query:
         url += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in out.query)
+    used: tuple[tuple[str, int], ...] = ()
+    if tokens:  # the refresh tokens are masked too, should an upstream ever echo one
+        values += [t.refresh_token for t, _ in tokens.values() if t.refresh_token]
+        used = tuple((cid, version) for cid, (_, version) in tokens.items())
     if stored is None and values:
         # platform settings' values live as long as the process: their redactors (whose encoded forms
         # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
         stored = svc.platform_redactors
     return PreparedRequest(UpstreamRequest(inp.method, url, tuple(headers.items()), body),
-                           tuple(values), body_kept, stored)
+                           tuple(values), body_kept, stored, used)
 
 
 async def send(svc: Services, state: "CallState") -> UpstreamResponse:
@@ -153,4 +163,7 @@ async def send(svc: Services, state: "CallState") -> UpstreamResponse:
     sent_at = time.monotonic()
     resp = await upstream.send(svc.client, req, url=url)
     state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
+    if resp.status == 401 and prepared.connections and state.ident is not None:
+        # the token was refused: the next call refreshes first; this 401 is relayed as it is, never re-sent
+        await oauth.mark_stale(svc, state.ident.org_id, prepared.connections)
     return resp

@@ -1,5 +1,5 @@
-"""The call pipeline's long-lived parts: caches + their change listener, the audit writer and the
-evidence-retention pruner. Installed as an app component (``async def setup(app, svc)``)."""
+"""The call pipeline's long-lived parts: caches + their change listener, the audit writer, the settler
+(holds closed off the answers' path) and the evidence-retention pruner. Installed as an app component (``async def setup(app, svc)``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from treg import periodic
 from treg.cache import Caches, ChangeListener
 from treg.call.audit import AuditWriter, prune_evidence
 from treg.context import NullAuditWriter, Services
+from treg.money.settler import InlineSettler, Settler
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,9 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     writer = AuditWriter(svc)
     writer.start()
     svc.audit = writer
+    settler = Settler(svc.db, hold_ttl_s=svc.settings.hold_ttl_s)  # holds closed off the answers' path (treg/money/settler.py)
+    settler.start()
+    svc.settler = settler
 
     async def prune() -> None:
         n = await prune_evidence(svc)
@@ -37,8 +41,10 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     async def close() -> None:
         try:
             await close_pruner()
-        finally:  # whatever happened to the pruner, the queued audit rows are written
+        finally:  # whatever happened to the pruner, the queued closes and audit rows are written
             try:
+                await settler.stop()  # every queued close written before the database closes
+                svc.settler = InlineSettler(svc.db)
                 await writer.close()
             finally:
                 await listener.stop()  # the live caches are bypassed from here on, as null caches would be

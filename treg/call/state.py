@@ -23,6 +23,7 @@ from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.identity import Identity
 from treg.infra.upstream import RawHeaders, UpstreamResponse
+from treg.oauth.credentials import credential_kind
 from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
 
 
@@ -51,6 +52,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
+        *(credential_kind(t.bindings) if t else (None, None)),
         inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
@@ -206,14 +208,17 @@ class CallState:
 
     async def close_money(self, svc: Services, *, settle_micro: int | None = None) -> None:
         """Close the call's hold exactly once: settle when ``settle_micro`` is given, else release. Safe
-        to call twice (the second call finds it closed)."""
-        if self.hold is not None and self.hold_state is None:
-            if settle_micro is not None and await money.settle(svc, self.inp.call_id, settle_micro):
-                self.cost_micro = self.hold.charge_for(settle_micro)
+        to call twice (the second call finds it closed). While serving, the close is written off the
+        answer's path (treg.money.settler): the charge is known now, the statement follows."""
+        hold = self.hold
+        if hold is not None and self.hold_state is None:
+            if settle_micro is not None and await svc.settler.close(
+                    hold, money.Close(hold.call_id, money.SETTLED, settle_micro)):
+                self.cost_micro = hold.charge_for(settle_micro)
                 self.hold_state = money.SETTLED
             else:
                 # released now, or already released by the reaper (settle found no open hold): charged 0
-                await money.release(svc, self.inp.call_id)
+                await svc.settler.close(hold, money.Close(hold.call_id, money.RELEASED))
                 self.cost_micro = 0
                 self.hold_state = money.RELEASED
 

@@ -112,6 +112,9 @@ class PreparedRequest:
     #: memoizes the values' redactor: the org's secrets they came from, or the platform settings' memo
     #: (None: nothing injected)
     secrets: RedactorMemo | None = None
+    #: the OAuth connections whose tokens were injected, as (id, token version): an upstream 401 marks
+    #: exactly those tokens stale (docs/oauth.md)
+    connections: tuple[tuple[str, int], ...] = ()
 
     def redactor(self) -> Redactor:
         if self.secrets is not None:

@@ -115,19 +115,19 @@ class CredentialRef:
 
     ``own``: ``tool:<tool id>`` and the ``secret:<id>`` of each secret its bindings inject (a tool
     re-bound to another account's secret is another credential); ``team``: ``secret:<id>``;
-    ``platform``: no id (treg's one key per provider). A connection (OAuth) will be
-    ``connection:<id>`` on the own or team tier."""
+    ``platform``: no id (treg's one key per provider); a connection (OAuth) is ``connection:<id>`` on
+    the own or team tier (the caller's own, a shared one, or one an own tool's binding names)."""
 
     tier: str
     id: str | None = None
 
     @classmethod
     def of(cls, tier: str, *, tool_id: str | None = None, secret_ids: Iterable[str] = (),
-           connection_id: str | None = None) -> "CredentialRef":
+           connection_ids: Iterable[str] = ()) -> "CredentialRef":
         if tier == "platform":
             return cls("platform")
         parts = [f"tool:{tool_id}"] if tool_id is not None else []
-        parts += [f"connection:{connection_id}"] if connection_id is not None else []
+        parts += [f"connection:{c}" for c in sorted(set(connection_ids))]
         parts += [f"secret:{s}" for s in sorted(set(secret_ids))]
         # an own or team call always names its credential; none named would make every such call one key
         if not parts:

@@ -71,6 +71,8 @@ class CatalogTarget:
     rate_limit: RateLimit | None = None
     #: the parsed JSON body when a check read it (body_allowlist, platform checks), else None
     json_body: Mapping[str, Any] | None = None
+    #: the OAuth connection whose token the provider's auth injects (own or team tier), else None
+    connection_id: str | None = None
 
     @property
     def scope_idempotency_key(self) -> bool:
@@ -109,9 +111,15 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
     secret_id = None
     table_value = None
     json_body = checked.json_body
-    if tier == "own":
+    connection_id = None
+    if tier == "own" and (connection_id := creds.own_connection_for(provider.id)) and provider.auth:
+        # within a tier the newest connection wins, then the newest secret (docs/oauth.md)
+        bindings = tuple(dataclasses.replace(b, connection_id=connection_id) for b in provider.auth)
+    elif tier == "own":
         tool = creds.own_for(provider.id)[0]
         bindings = tool.bindings
+    elif tier == "team" and (connection_id := creds.team_connection_for(provider.id)):
+        bindings = tuple(dataclasses.replace(b, connection_id=connection_id) for b in provider.auth)
     elif tier == "team":
         secret_id = creds.team_secret_for(provider.id)
         bindings = tuple(dataclasses.replace(b, secret_id=secret_id) for b in provider.auth)
@@ -128,7 +136,7 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
         bindings=bindings, required_headers=provider.required_headers, billed=billed, price_micro=price,
         hold_micro=price if billed else 0, table_value=table_value, tool_id=tool.id if tool else None,
         tool_name=tool.name if tool else None, secret_id=secret_id, rate_limit=provider.rate_limit,
-        json_body=json_body)
+        json_body=json_body, connection_id=connection_id)
 
 
 def prepare_call(registry: CatalogRegistry, endpoint: Endpoint, *, method: str, query: QueryPairs,

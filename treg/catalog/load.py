@@ -26,6 +26,7 @@ from treg.catalog.registry import CatalogRegistry
 from treg.catalog import archive_policy
 from treg.catalog.async_jobs import link_utilities, parse_submission
 from treg.catalog.routed import with_routed
+from treg.catalog.oauth import parse_block as parse_oauth_block
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, PluginHost, call_hook
 
@@ -50,7 +51,7 @@ _HOP_BY_HOP = http_grammar.PER_HOP
 MAX_MICRO = 10 ** 12
 
 PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", "auth", "required_headers",
-                           "catalog_hosts", "rate_limit", "endpoints"})
+                           "catalog_hosts", "rate_limit", "endpoints", "oauth"})
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
@@ -116,9 +117,12 @@ def check_root_url(raw: Any) -> str | None:
 
 
 class _Loader:
-    def __init__(self, injectors: Mapping[str, Injector], aggregators: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, injectors: Mapping[str, Injector], aggregators: Mapping[str, Any] | None = None, *,
+                 oauth_http: bool = False) -> None:
         self.injectors = injectors
         self.aggregators = aggregators or {}
+        #: an ``oauth`` block's URLs may be plain http (TREG_SSRF_ALLOW is set: local development, tests)
+        self.oauth_http = oauth_http
         self.c = _Collector()
         self.providers: dict[str, Provider] = {}
         self.endpoints: dict[str, Endpoint] = {}
@@ -184,10 +188,14 @@ class _Loader:
             else:
                 rate = RateLimit(raw_rate["limit"], float(raw_rate["window_s"]))
 
+        oauth = None
+        if data.get("oauth") is not None:  # docs/oauth.md: validated like every row, no name resolved
+            oauth = parse_oauth_block(lambda f, m: add(plugin, row, f, m), data["oauth"],
+                                      allow_http=self.oauth_http, has_auth=bool(auth))
         provider = Provider(id=pid, base_url=base_url if isinstance(base_url, str) else "", auth=tuple(auth),
                             required_headers=tuple(headers), catalog_hosts=tuple(hosts), rate_limit=rate,
                             name=data.get("name"), description=data.get("description"),
-                            docs_url=data.get("docs_url"), plugin=plugin)
+                            docs_url=data.get("docs_url"), plugin=plugin, oauth=oauth)
         raw_eps = data.get("endpoints")
         if not isinstance(raw_eps, (list, tuple)) or not raw_eps:
             add(plugin, row, "endpoints", "must be a non-empty list of endpoint dicts")
@@ -683,11 +691,12 @@ def matches_json(value: Any, ptype: str | None) -> bool:
 
 
 def build_catalog(declared: Iterable[tuple[str, Any]], injectors: Mapping[str, Injector],
-                  aggregators: Mapping[str, Any] | None = None) -> CatalogRegistry:
+                  aggregators: Mapping[str, Any] | None = None, *, oauth_http: bool = False) -> CatalogRegistry:
     """Validate ``(plugin name, hook result)`` pairs and build the registry, or raise :class:`CatalogError`
     listing every problem. A hook result is a list of provider dicts, or None. ``aggregators`` (by name)
-    are what endpoint rows' ``overflow`` routes may name."""
-    loader = _Loader(injectors, aggregators)
+    are what endpoint rows' ``overflow`` routes may name; ``oauth_http``: an ``oauth`` block may name plain
+    http URLs (``TREG_SSRF_ALLOW`` is set)."""
+    loader = _Loader(injectors, aggregators, oauth_http=oauth_http)
     for plugin, result in declared:
         if result is None:
             continue
@@ -713,12 +722,12 @@ def declared_providers(pm: PluginHost) -> list[tuple[str, Any]]:
 
 
 def load_catalog(pm: PluginHost, injectors: Mapping[str, Injector],
-                 aggregators: Mapping[str, Any] | None = None) -> CatalogRegistry:
+                 aggregators: Mapping[str, Any] | None = None, *, oauth_http: bool = False) -> CatalogRegistry:
     """The validated catalog every plugin declares (raises :class:`CatalogError` on any bad row).
     ``aggregators`` None: collected from ``pm`` (:func:`treg.overflow.aggregator.collect_aggregators`)."""
     if aggregators is None:
         aggregators = collect_aggregators(pm)
-    return build_catalog(declared_providers(pm), injectors, aggregators)
+    return build_catalog(declared_providers(pm), injectors, aggregators, oauth_http=oauth_http)
 
 
 def warn_unknown_anonymous(registry: CatalogRegistry, settings: Any) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from treg.bindings import Binding
 from treg.jsonpath import dig
+from treg.catalog.oauth import OAuthBlock
 
 Tier = Literal["own", "team", "anonymous", "platform"]
 #: the ladder's order (catalog.md "Credential tiers"): free beats paid, so anonymous precedes platform
@@ -285,6 +286,8 @@ class Provider:
     description: str | None = None
     docs_url: str | None = None
     plugin: str = ""
+    #: how a person grants access (docs/oauth.md): connections then inject the access token as ``{secret}``
+    oauth: OAuthBlock | None = None
 
     @property
     def platform_setting(self) -> str:
@@ -297,7 +300,8 @@ class Provider:
                 "required_headers": dict(self.required_headers), "catalog_hosts": list(self.catalog_hosts),
                 "rate_limit": self.rate_limit.to_json() if self.rate_limit else None,
                 "endpoints": list(self.endpoint_ids), "description": self.description, "docs_url": self.docs_url,
-                "platform_setting": self.platform_setting}
+                "platform_setting": self.platform_setting,
+                "oauth": self.oauth.to_json() if self.oauth is not None else None}
 
 
 def join_url(root: str, path: str) -> str:

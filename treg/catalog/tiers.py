@@ -37,12 +37,22 @@ class OrgCredentials:
     own_tools: Mapping[str, tuple[OwnTool, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
     #: provider → the id of the org's newest secret with that provider
     team_secrets: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    #: provider → the caller's newest active OAuth connection there that is its own (unshared), and the
+    #: org's newest shared one (docs/oauth.md): within a tier a connection wins over a secret
+    own_connections: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    team_connections: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
 
     def own_for(self, provider_id: str) -> tuple[OwnTool, ...]:
         return self.own_tools.get(provider_id, ())
 
     def team_secret_for(self, provider_id: str) -> str | None:
         return self.team_secrets.get(provider_id)
+
+    def own_connection_for(self, provider_id: str) -> str | None:
+        return self.own_connections.get(provider_id)
+
+    def team_connection_for(self, provider_id: str) -> str | None:
+        return self.team_connections.get(provider_id)
 
 
 def platform_key_configured(provider: Provider, settings: Settings) -> bool:
@@ -56,9 +66,10 @@ def offer_tier(provider: Provider, endpoint: Endpoint, creds: OrgCredentials | N
     settings decide (anonymous, platform) is considered."""
     if endpoint.route is not None:  # a generated treg.<capability>: the tier of the child tried first
         return endpoint.route.offer_tier(creds, settings)  # type: ignore[no-any-return]
-    if creds is not None and creds.own_for(provider.id):
+    if creds is not None and (creds.own_for(provider.id) or (provider.auth and creds.own_connection_for(provider.id))):
         return "own"
-    if creds is not None and provider.auth and creds.team_secret_for(provider.id):
+    if creds is not None and provider.auth and (creds.team_connection_for(provider.id)
+                                                or creds.team_secret_for(provider.id)):
         return "team"
     if endpoint.anonymous and provider.id in settings.anonymous_providers:
         return "anonymous"
@@ -83,6 +94,9 @@ def how_to_get_credential(provider: Provider, endpoint: Endpoint) -> str:
     if endpoint.route is not None:
         return endpoint.route.how_to_get_credential()  # type: ignore[no-any-return]
     ways = []
+    if provider.oauth is not None and provider.auth:
+        ways.append(f"connect an account: a person opens the connect_url of POST /api/v1/connections "
+                    f"{{\"provider\": \"{provider.id}\"}}")
     if provider.auth:
         ways.append(f"add a secret with \"provider\": \"{provider.id}\" (POST /api/v1/secrets)")
     ways.append(f"register a tool bound to a secret with provider {provider.id!r}")

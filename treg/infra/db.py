@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
 from treg.errors import DatabaseError, DbPoolExhausted, IntegrityError
+from treg.infra.statement_lines import Lines
 from treg.memo import BoundedMemo
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,20 @@ def compile_statement(stmt: ClauseElement | str, params: Mapping[str, Any] | Non
     return STATEMENTS.compile(stmt, params)
 
 
+def _statement_canceled(exc: asyncio.CancelledError) -> DatabaseError:
+    """aiopg answers a statement the server canceled (``statement_timeout``, ``pg_cancel_backend``:
+    SQLSTATE 57014) with a bare ``CancelledError``; in a task nobody is cancelling, that is a database
+    failure, not a cancellation (it once killed a background loop as if it had been stopped)."""
+    log.warning("database statement canceled by the server (statement timeout or cancel)")
+    return DatabaseError("the database canceled the statement (statement timeout)", code="database_error")
+
+
+def _cancelling() -> bool:
+    """Whether the current task is really being cancelled (else a CancelledError is aiopg's 57014)."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
     code = exc.pgcode or ""
     if code.startswith("23"):  # integrity_constraint_violation class
@@ -110,15 +125,21 @@ def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
 class Tx:
     """One transaction on one connection. Methods accept Core statements or SQL text."""
 
-    def __init__(self, cur: aiopg.Cursor) -> None:
+    def __init__(self, cur: aiopg.Cursor, db: "Database") -> None:
         self._cur = cur
+        self._db = db
 
     async def execute(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> int:
         c = compile_statement(stmt, params)
+        self._db.round_trips += 1
         try:
             await self._cur.execute(c.sql, c.params)
         except psycopg2.Error as exc:
             raise _map_error(exc, c.sql) from exc
+        except asyncio.CancelledError as exc:
+            if _cancelling():
+                raise
+            raise _statement_canceled(exc) from exc
         return self._cur.rowcount
 
     async def fetch_all(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -145,15 +166,24 @@ class Tx:
 class Database:
     """A pool of aiopg connections and the ``tx()`` context that borrows one briefly."""
 
-    def __init__(self, dsn: str, *, minsize: int = 1, maxsize: int = 10, timeout: float = 10.0) -> None:
+    def __init__(self, dsn: str, *, minsize: int = 1, maxsize: int = 10, timeout: float = 10.0,
+                 statement_connections: int = 4) -> None:
         self._dsn = dsn
         self._minsize, self._maxsize, self._timeout = minsize, maxsize, timeout
         self._pool: aiopg.Pool | None = None
-        #: connections checked out right now (tests watch it at the network boundary)
+        #: the connections of :meth:`run`, beside the pool (treg/infra/statement_lines.py)
+        self._lines = Lines(dsn, size=statement_connections, timeout=timeout)
+        #: the pool's connections checked out right now (tests watch it at the network boundary)
         self.in_use = 0
         self.peak_in_use = 0
-        #: the tasks holding a connection right now (tests check none of them waits on an upstream)
+        #: the tasks holding a connection (the pool's or a line) right now (tests check none of them waits
+        #: on an upstream)
         self.holders: set[asyncio.Task[Any]] = set()
+        #: statements sent (each one round trip: ``BEGIN`` and ``COMMIT`` of a ``tx()`` count too), for
+        #: ``treg_db_round_trips_total``, the tests and the benchmark; and those of :meth:`run` by its
+        #: ``path`` (the money path's holds and closes: ``money``)
+        self.round_trips = 0
+        self.round_trips_of: dict[str, int] = {}
 
     @property
     def dsn(self) -> str:
@@ -169,6 +199,7 @@ class Database:
         return self
 
     async def close(self) -> None:
+        self._lines.close()
         if self._pool is not None:
             self._pool.close()
             await self._pool.wait_closed()
@@ -206,13 +237,33 @@ class Database:
             # so a second cancellation here cannot interrupt it
             await asyncio.shield(self._pool.release(conn))
 
+    async def run(self, sql: str, params: Mapping[str, Any], *, path: str = "other") -> list[tuple[Any, ...]]:
+        """One statement of SQL text in its own implicit transaction (autocommit): one round trip, no
+        ``BEGIN``/``COMMIT`` around it, no compilation, on a connection of its own beside the pool
+        (treg/infra/statement_lines.py: a speed trick). For the hot statements whose text is fixed at
+        import (the money path's in ``treg/money/holds.py``, the audit writer's batch). ``path`` names
+        what the round trip was for in ``round_trips_of``. Rows as tuples."""
+        self.round_trips += 1
+        self.round_trips_of[path] = self.round_trips_of.get(path, 0) + 1
+        task = asyncio.current_task()
+        if task is not None:  # a line is a connection held as much as a pooled one (``in_use`` is the pool's)
+            self.holders.add(task)
+        try:
+            return await self._lines.run(sql, params)
+        except psycopg2.Error as exc:
+            raise _map_error(exc, sql) from exc
+        finally:
+            if task is not None:
+                self.holders.discard(task)
+
     @contextlib.asynccontextmanager
     async def tx(self) -> AsyncIterator[Tx]:
         async with self.connection() as conn:
             async with conn.cursor() as cur:
+                self.round_trips += 2  # BEGIN, and COMMIT or ROLLBACK
                 await cur.execute("BEGIN")
                 try:
-                    yield Tx(cur)
+                    yield Tx(cur, self)
                 except BaseException:
                     with contextlib.suppress(psycopg2.Error):
                         await cur.execute("ROLLBACK")

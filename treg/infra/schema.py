@@ -155,6 +155,10 @@ calls = Table(
     Column("kind", String(16), nullable=True),
     # `overflow:<aggregator>` on an overflow attempt's row (migration 0006)
     Column("served_via", String(64), nullable=True),
+    # the kind of credential injected (`oauth`, `secret`, `platform`; NULL: none) and, on `oauth`, the
+    # connection whose token it was (migration 0016, docs/oauth.md)
+    Column("credential_kind", String(16), nullable=True),
+    Column("connection_id", String(40), nullable=True),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)
@@ -223,6 +227,8 @@ holds = Table(
     _created(),
     Column("closed_at", DateTime(timezone=True), nullable=True),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+    #: the org credited with what the hold is charged (a hub tool's publisher), in the same statement
+    Column("credit_org_id", String(40), ForeignKey("orgs.id", ondelete="SET NULL"), nullable=True),
     CheckConstraint("state IN ('held', 'settled', 'released')", name="state"),
     CheckConstraint("amount_micro > 0 AND settled_micro >= 0 AND settled_micro <= amount_micro", name="amounts"),
     Index("ix_holds_org_id_created_at", "org_id", "created_at"),
@@ -405,4 +411,80 @@ async_job_utilities = Table(
     Column("by_result_id", Boolean, primary_key=True),
     _created(),
     CheckConstraint("kind IN ('poll', 'fetch')", name="kind"),
+)
+
+
+# -- OAuth connections (treg/oauth, docs/oauth.md; migration 0016) -------------------------------------
+
+oauth_apps = Table(
+    # an org's own OAuth client at a provider; the deployment's comes from TREG_OAUTH_CLIENT_ID_<P>
+    "oauth_apps", metadata,
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), primary_key=True),
+    Column("provider", String(64), primary_key=True),
+    Column("client_id", Text, nullable=False),
+    # sealed with the secret box (associated data: the org and ``oauth-app:<provider>``)
+    Column("client_secret_blob", LargeBinary, nullable=False),
+    Column("key_id", String(16), nullable=False),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+oauth_connections = Table(
+    # a grant a person made in a browser: a credential like a secret, its tokens sealed (associated data:
+    # the org and ``oauth-connection:<id>``); the link, state and PKCE verifier of its consent in flight
+    "oauth_connections", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("provider", String(64), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("status", String(16), nullable=False),
+    # the org's (the team tier) rather than its creator's (the own tier)
+    Column("shared", Boolean, nullable=False, server_default=text("false")),
+    Column("created_by", String(40), ForeignKey("members.id", ondelete="SET NULL"), nullable=True),
+    # asked for until the grant, then the scopes granted
+    Column("scopes", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    # the member the consent page names (who asked for the link in force)
+    Column("asked_by", String(40), ForeignKey("members.id", ondelete="SET NULL"), nullable=True),
+    Column("redirect_after", Text, nullable=True),
+    # the redirect URI the authorization request named (the code exchange must name the same one)
+    Column("redirect_uri", Text, nullable=True),
+    # the connect link: its random part and the SHA-256 of its opaque (HMAC of both under a purpose key)
+    Column("link_nonce", String(64), nullable=True),
+    Column("link_hash", String(64), nullable=True, unique=True),
+    Column("link_expires_at", DateTime(timezone=True), nullable=True),
+    # the authorization request in flight: SHA-256 of its state and of the browser's treg_oauth_state
+    # cookie, the PKCE verifier sealed (``oauth-verifier:<id>``)
+    Column("state_hash", String(64), nullable=True, unique=True),
+    Column("state_expires_at", DateTime(timezone=True), nullable=True),
+    Column("browser_hash", String(64), nullable=True),
+    Column("verifier_blob", LargeBinary, nullable=True),
+    # {access_token, refresh_token, token_type} sealed; replaced whole (a rotated refresh token atomically)
+    Column("tokens_blob", LargeBinary, nullable=True),
+    Column("key_id", String(16), nullable=True),
+    Column("expires_at", DateTime(timezone=True), nullable=True),
+    # an upstream 401 answered the token: the next call refreshes first
+    Column("stale", Boolean, nullable=False, server_default=text("false")),
+    # bumped by every write of the tokens: a waiter knows the new token landed, a 401 marks only its own
+    Column("token_version", Integer, nullable=False, server_default=text("0")),
+    # the refresh lease: one refresh per connection at a time across every process
+    Column("lease_holder", String(64), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    _created(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_refreshed_at", DateTime(timezone=True), nullable=True),
+    Column("refresh_count", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint("status IN ('pending', 'active', 'needs_reauth', 'denied')", name="status"),
+    Index("ix_oauth_connections_org_id_provider", "org_id", "provider"),
+)
+
+oauth_refreshes = Table(
+    # each refresh of a connection and its outcome (the detail shows the last 20)
+    "oauth_refreshes", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("connection_id", String(40), ForeignKey("oauth_connections.id", ondelete="CASCADE"), nullable=False),
+    Column("org_id", String(40), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("outcome", String(16), nullable=False),
+    CheckConstraint("outcome IN ('ok', 'invalid_grant', 'failed')", name="outcome"),
+    Index("ix_oauth_refreshes_connection_id_at", "connection_id", "at"),
 )

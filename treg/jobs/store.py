@@ -23,7 +23,7 @@ from treg.infra.schema import async_job_utilities, async_jobs, holds
 from treg.catalog.async_jobs import JobTerms, UtilityUse
 from treg.org_changes import forget_local, notify
 # the holds' one conditional close, inside this module's transaction (the reaper uses it the same way)
-from treg.money.holds import RELEASED, SETTLED, _close
+from treg.money.holds import RELEASED, SETTLED, Close, close_in
 
 PENDING, DONE, FAILED, EXPIRED = "pending", "done", "failed", "expired"
 #: a task or fetch id longer than this is not recorded (the column's width)
@@ -123,12 +123,12 @@ async def finish(svc: Services, job: dict[str, Any], terminal: str, *, settle_mi
     call closed the hold; False when it was closed already (an earlier poll, the reaper, price_on submit)."""
     assert terminal in (DONE, FAILED)
     async with svc.db.tx() as tx:
-        closed = await _close(tx, job["call_id"], SETTLED if terminal == DONE else RELEASED,
-                              settle_micro if terminal == DONE else 0)
+        closed = bool(await close_in(tx, [Close(job["call_id"], SETTLED if terminal == DONE else RELEASED,
+                                                settle_micro if terminal == DONE else 0)]))
         current = await tx.fetch_one(select(async_jobs.c.state, async_jobs.c.fetch_ids)
                                      .where(async_jobs.c.id == job["id"]).with_for_update())
         if current is None:
-            return closed is not None
+            return closed
         known = list(current["fetch_ids"] or ())
         learned = known + [f for f in dict.fromkeys(fetch_ids) if f not in known]
         values: dict[str, Any] = {"fetch_ids": learned, "updated_at": func.now(), "last_polled_at": func.now()}
@@ -137,7 +137,7 @@ async def finish(svc: Services, job: dict[str, Any], terminal: str, *, settle_mi
             # done or failed, charged nothing (the hold's own state says released)
             values.update(state=terminal, finished_at=func.now())
         await tx.execute(update(async_jobs).where(async_jobs.c.id == job["id"]).values(**values))
-    return closed is not None
+    return closed
 
 
 async def touch(svc: Services, job: dict[str, Any]) -> None:

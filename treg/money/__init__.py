@@ -5,10 +5,11 @@ The call pipeline uses only these names; each opens its own short transaction an
 while an upstream is in flight.
 """
 
-from treg.money.holds import HELD, RELEASED, SETTLED, Hold, get_hold, hold_state, place_hold, release, settle
+from treg.money.holds import (HELD, RELEASED, SETTLED, Close, Closed, Hold, get_hold, hold_state, place_hold, release,
+                              settle)
 from treg.money.ledger import MICRO_PER_USD, Balance, balance, grant, grant_by_slug, list_grants, usd_to_micro
 from treg.money.limits import check_tag
 
-__all__ = ["HELD", "RELEASED", "SETTLED", "Hold", "get_hold", "hold_state", "place_hold", "release", "settle",
+__all__ = ["HELD", "RELEASED", "SETTLED", "Close", "Closed", "Hold", "get_hold", "hold_state", "place_hold", "release", "settle",
            "MICRO_PER_USD", "Balance", "balance", "grant", "grant_by_slug", "list_grants", "usd_to_micro",
            "check_tag"]

@@ -1,56 +1,61 @@
 """Holds: a billed call reserves its estimate before any upstream I/O and closes it exactly once after.
 
-``place_hold`` runs one short transaction under the org's account lock: the limits are checked
-(treg.money.limits) and the hold, the day's spend rows, the tag's row and the account's ``held``
-total are written together, so two concurrent calls can never both spend the last credit.
+**One statement to place a hold, one to close any number of them** (docs/money.md). Both are SQL
+functions installed by migration 0015 (``treg_place_hold``, ``treg_close_holds``); treg sends each as
+SQL text fixed at import, with bound parameters: one database round trip, no statement built,
+compiled or keyed per call (a speed trick: docs/performance.md, round 7). The org's ``org_balances``
+row lock, which serialises its money writes, is held for that one statement, never across a round
+trip to Python, so one org's calls do not queue behind each other's Python.
 
-``settle`` and ``release`` close a hold with a conditional ``UPDATE … WHERE state = 'held'``: the first
-close wins, any later one (a retry, the reaper, a cancellation path) is a no-op returning False.
+``place_hold`` checks the limits (balance, daily cap, an extra day cap the caller may add, tag budget,
+member cap: treg.money.limits) and writes the hold with the day's, the tag's and the account's
+``held`` totals, so two concurrent calls can never both spend the last credit.
+
+``close`` closes holds with the conditional ``UPDATE … WHERE state = 'held'`` inside the function: the
+first close wins, any later one (a retry, the reaper, a cancellation path) changes nothing. A hold
+with a ``credit_org_id`` (a hub tool's publisher) credits that org with what was charged in the same
+statement.
 
 Settlement is capped at the estimate: a hold is the most a call can cost. ``Hold.charge_for(observed)``
-is what ``settle`` will charge (``min(observed, estimate)``), for ``X-Treg-Cost-Micro``.
+is what a settle will charge (``min(observed, estimate)``), for ``X-Treg-Cost-Micro``.
 
-Lock order (no deadlocks): every writer takes the org's ``org_balances`` row lock first, then touches
-that org's holds, day rows and tag rows.
+Lock order (no deadlocks): every writer takes the org's ``org_balances`` row lock first (a close of
+several holds takes all their orgs' locks first, in org id order), then touches that org's holds, day
+rows and tag rows.
 """
 
 from __future__ import annotations
 
-import datetime
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterable, Sequence
 
-from sqlalchemy import and_, func, insert, literal, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import select
 
 from treg.context import Services
-from treg.errors import Conflict, IntegrityError
-from treg.infra.db import Tx
-from treg.infra.schema import holds, money_daily, org_balances, tag_budgets
-from treg.money.ledger import add_daily_held, check_amount, in_scopes, lock_account, scopes_of
-from treg.money.limits import check_hold, check_tag
+from treg.errors import Conflict, IntegrityError, NotFound, TregError
+from treg.hold import HELD, RELEASED, SETTLED, Close, Closed, Hold  # noqa: F401 (HELD: the money API's)
+from treg.ids import new_id
+from treg.infra.db import Database, Tx
+from treg.infra.schema import holds
+from treg.money.ledger import check_amount
+from treg.money.limits import check_tag, hold_refusal
 
-HELD, SETTLED, RELEASED = "held", "settled", "released"
-
-
-@dataclass(frozen=True)
-class Hold:
-    call_id: str
-    org_id: str
-    member_id: str | None
-    tag: str | None
-    amount_micro: int
-    day: datetime.date
-    expires_at: datetime.datetime
-
-    def charge_for(self, observed_micro: int) -> int:
-        """What ``settle(observed_micro)`` charges: the observed price, never more than the estimate."""
-        return max(0, min(int(observed_micro), self.amount_micro))
+#: the statements of the hot money path, as text with bound parameters (built once, at import)
+PLACE_SQL = ("SELECT refused, needed_micro, available_micro, limit_micro, hold_expires_at, hold_day "
+             "FROM treg_place_hold(%(call)s, %(org)s, %(member)s, %(tag)s, %(amount)s, %(ttl)s, %(trial)s, "
+             "%(trial_id)s, %(extra_cap)s, %(credit_org)s)")
+CLOSE_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
+             "FROM treg_close_holds(%(calls)s, %(states)s, %(observed)s)")
 
 
 async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_id: str, amount_micro: int,
-                     tag: str | None = None) -> Hold | None:
+                     tag: str | None = None, extra_cap_micro: int | None = None,
+                     extra_refusal: Callable[[int, int], TregError] | None = None,
+                     credit_org_id: str | None = None) -> Hold | None:
     """Reserve ``amount_micro`` for call ``call_id``; None when the amount is 0 (nothing to hold).
+
+    ``extra_cap_micro``: one more cap on the org's spend of the day (held and settled), refused with
+    ``extra_refusal(needed, available)`` (the public demo's daily budget). ``credit_org_id``: the org
+    the charge is credited to when the hold settles (a hub tool's publisher).
 
     Raises PaymentRequired (402) naming the limit that refused it, NotFound for an unknown org,
     Conflict if the call id already has a hold.
@@ -60,71 +65,67 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
         tag = check_tag(tag)
     if amount == 0:
         return None
+    trial = max(0, int(svc.settings.trial_micro))
+    params = {"call": call_id, "org": org_id, "member": member_id, "tag": tag, "amount": amount,
+              "ttl": float(svc.settings.hold_ttl_s), "trial": trial, "trial_id": new_id("crd") if trial else None,
+              "extra_cap": extra_cap_micro, "credit_org": credit_org_id}
     try:
-        async with svc.db.tx() as tx:
-            account = await lock_account(tx, svc, org_id)
-            await check_hold(tx, account, member_id=member_id, tag=tag, amount=amount)
-            day = account["today"]
-            row = await tx.fetch_one(insert(holds).values(
-                id=call_id, org_id=org_id, member_id=member_id, tag=tag, day=day, amount_micro=amount,
-                state=HELD, expires_at=func.now() + text(f"interval '{int(svc.settings.hold_ttl_s)} seconds'"))
-                .returning(holds.c.expires_at))
-            assert row is not None
-            await tx.execute(add_daily_held(org_id, day, scopes_of(member_id), amount))
-            if tag is not None:
-                tstmt = pg_insert(tag_budgets).values(org_id=org_id, tag=tag, held_micro=amount)
-                await tx.execute(tstmt.on_conflict_do_update(
-                    index_elements=[tag_budgets.c.org_id, tag_budgets.c.tag],
-                    set_={"held_micro": tag_budgets.c.held_micro + tstmt.excluded.held_micro}))
-            await tx.execute(update(org_balances).where(org_balances.c.org_id == org_id)
-                             .values(held_micro=org_balances.c.held_micro + amount, updated_at=func.now()))
+        (refused, needed, available, limit, expires_at, day), = await svc.db.run(PLACE_SQL, params, path="money")
     except IntegrityError as exc:
         if exc.constraint == "pk_holds":
             raise Conflict(f"call {call_id} already has a hold", code="hold_exists") from exc
+        if exc.constraint and exc.constraint.startswith("fk_org_balances_org_id"):
+            raise NotFound("no such org", code="org_not_found") from exc
         raise
+    if refused == "extra_cap":
+        assert extra_refusal is not None
+        raise extra_refusal(needed, available)
+    if refused is not None:
+        raise hold_refusal(refused, needed, available, limit, tag=tag, member_id=member_id)
     return Hold(call_id=call_id, org_id=org_id, member_id=member_id, tag=tag, amount_micro=amount, day=day,
-                expires_at=row["expires_at"])
+                expires_at=expires_at)
 
 
-async def _close(tx: Tx, call_id: str, state: str, observed: int) -> dict[str, Any] | None:
-    """Close one open hold inside ``tx`` (taking the org lock first); None if it was not open."""
-    org_id = await tx.scalar(select(holds.c.org_id).where(holds.c.id == call_id))
-    if org_id is None:
-        return None
-    await tx.execute(select(org_balances.c.org_id).where(org_balances.c.org_id == org_id).with_for_update())
-    closed = await tx.fetch_one(
-        update(holds).where(and_(holds.c.id == call_id, holds.c.state == HELD))
-        .values(state=state, settled_micro=func.least(literal(observed), holds.c.amount_micro), closed_at=func.now())
-        .returning(holds.c.org_id, holds.c.member_id, holds.c.tag, holds.c.day, holds.c.amount_micro,
-                   holds.c.settled_micro))
-    if closed is None:
-        return None
-    amount, charged = closed["amount_micro"], closed["settled_micro"]
-    await tx.execute(update(org_balances).where(org_balances.c.org_id == org_id).values(
-        held_micro=org_balances.c.held_micro - amount, settled_micro=org_balances.c.settled_micro + charged,
-        updated_at=func.now()))
-    await tx.execute(update(money_daily).where(and_(
-        money_daily.c.org_id == org_id, money_daily.c.day == closed["day"], in_scopes(scopes_of(closed["member_id"]))))
-        .values(held_micro=money_daily.c.held_micro - amount, spent_micro=money_daily.c.spent_micro + charged))
-    if closed["tag"] is not None:
-        await tx.execute(update(tag_budgets).where(and_(tag_budgets.c.org_id == org_id,
-                                                        tag_budgets.c.tag == closed["tag"]))
-                         .values(held_micro=tag_budgets.c.held_micro - amount,
-                                 spent_micro=tag_budgets.c.spent_micro + charged))
-    return closed
+def _close_params(closes: Sequence[Close]) -> dict[str, Any]:
+    for c in closes:
+        assert c.state in (SETTLED, RELEASED), c.state
+    return {"calls": [c.call_id for c in closes], "states": [c.state for c in closes],
+            "observed": [check_amount(c.observed_micro) if c.state == SETTLED else 0 for c in closes]}
+
+
+def _closed(rows: Iterable[Sequence[Any]]) -> list[Closed]:
+    return [Closed(*row) for row in rows]
+
+
+async def close_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
+    """Close holds in one statement (one round trip); what comes back is what this call closed."""
+    if not closes:
+        return []
+    return _closed(await db.run(CLOSE_SQL, _close_params(closes), path="money"))
+
+
+async def close(svc: Services, closes: Sequence[Close]) -> list[Closed]:
+    """:func:`close_on` the services' database."""
+    return await close_on(svc.db, closes)
+
+
+async def close_in(tx: Tx, closes: Sequence[Close]) -> list[Closed]:
+    """:func:`close` inside a transaction of the caller's (an async job's hold closed with its job row)."""
+    if not closes:
+        return []
+    rows = await tx.fetch_all(CLOSE_SQL, _close_params(closes))
+    return [Closed(r["closed_id"], r["closed_org"], r["closed_state"], r["closed_amount"], r["closed_charged"])
+            for r in rows]
 
 
 async def settle(svc: Services, call_id: str, amount_micro: int) -> bool:
     """Charge the call (capped at its hold) and close the hold; False if it was already closed or absent."""
-    observed = check_amount(amount_micro)
-    async with svc.db.tx() as tx:
-        return await _close(tx, call_id, SETTLED, observed) is not None
+    return bool(await close(svc, [Close(call_id, SETTLED, check_amount(amount_micro))]))
 
 
 async def release(svc: Services, call_id: str) -> bool:
     """Close the hold charging nothing; False if it was already closed or absent (safe to call twice)."""
-    async with svc.db.tx() as tx:
-        return await _close(tx, call_id, RELEASED, 0) is not None
+    return bool(await close(svc, [Close(call_id, RELEASED)]))
 
 
 async def get_hold(svc: Services, call_id: str) -> dict[str, Any] | None:

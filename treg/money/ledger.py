@@ -17,9 +17,8 @@ import decimal
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Date, String, and_, any_, cast, func, insert, literal, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert as pg_insert
-from sqlalchemy.sql import ColumnElement
+from sqlalchemy import Date, and_, cast, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from treg.context import Services
 from treg.errors import BadRequest, IntegrityError, NotFound
@@ -30,29 +29,6 @@ from treg.infra.schema import credit_grants, money_daily, org_balances, orgs
 MICRO_PER_USD = 1_000_000
 #: scope of the org-wide row in ``money_daily`` (other rows are member ids)
 ORG_SCOPE = "*"
-
-
-def scopes_of(member_id: str | None) -> list[str]:
-    """The ``money_daily`` rows a member's spend counts toward: the org's, and the member's own."""
-    return [ORG_SCOPE] + ([member_id] if member_id else [])
-
-
-def in_scopes(scopes: list[str]) -> ColumnElement[bool]:
-    """``money_daily.scope`` is one of ``scopes``, as one array parameter: an ``IN`` list renders its SQL
-    per length, so its statement is compiled again on every call (treg/infra/db.py ``StatementCache``)."""
-    return money_daily.c.scope == any_(literal(scopes, ARRAY(String)))
-
-
-def add_daily_held(org_id: str, day: datetime.date, scopes: list[str], amount: int) -> Any:
-    """The upsert adding ``amount`` to the held total of each scope's row of ``day``: one statement of
-    one shape whatever the number of scopes (a multi-row ``VALUES`` has no SQLAlchemy cache key, so it
-    was compiled on every hold)."""
-    rows = select(literal(org_id, String).label("org_id"), literal(day, Date).label("day"),
-                  func.unnest(literal(scopes, ARRAY(String))).label("scope"),
-                  literal(amount, BigInteger).label("held_micro"))
-    stmt = pg_insert(money_daily).from_select(["org_id", "day", "scope", "held_micro"], rows)
-    return stmt.on_conflict_do_update(index_elements=[money_daily.c.org_id, money_daily.c.day, money_daily.c.scope],
-                                      set_={"held_micro": money_daily.c.held_micro + stmt.excluded.held_micro})
 
 
 #: the largest single grant accepted (a typo guard: 1 000 000 USD)
@@ -159,6 +135,7 @@ async def _today_usage(tx: Tx, org_id: str, day: datetime.date) -> tuple[int, in
 
 async def balance(svc: Services, org_id: str) -> Balance:
     """The org's balance, held amount, availability and today's spend (creating the account if new)."""
+    await svc.settler.drain()  # this process's answered calls' closes written first (treg/money/settler.py)
     async with svc.db.tx() as tx:
         row = await lock_account(tx, svc, org_id, lock=False)
         spent, held_today = await _today_usage(tx, org_id, row["today"])

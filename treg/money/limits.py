@@ -1,7 +1,8 @@
 """Spending limits: the org's daily cap, tag budgets and per-member daily caps.
 
-Checked when a hold is placed (treg.money.holds), under the org's account lock, in this order; the
-first one that refuses names itself in the 402:
+Checked when a hold is placed, by the one statement that places it (``treg_place_hold``, installed by
+migration 0015; treg.money.holds), under the org's account lock, in this order; the first one that
+refuses names itself in the 402:
 
 1. ``balance``    — the org's available balance (``insufficient_balance``);
 2. ``daily_cap``  — the org's settled + held spend of the current UTC day;
@@ -23,9 +24,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from treg.context import Services
 from treg.errors import BadRequest, NotFound, PaymentRequired
 from treg.identity import Identity, require_manager
-from treg.infra.db import Tx
 from treg.infra.schema import member_caps, members, money_daily, org_balances, tag_budgets
-from treg.money.ledger import ORG_SCOPE, TODAY, in_scopes, lock_account, scopes_of
+from treg.money.ledger import ORG_SCOPE, TODAY, lock_account
 
 # A tag is a short label: visible ASCII without spaces (it travels in a header and in URLs).
 _TAG = re.compile(r"\A[\x21-\x7e]{1,200}\Z")
@@ -54,44 +54,27 @@ def refusal(code: str, limit: str, needed: int, available: int, detail: str, **e
                            **extra)
 
 
-async def check_hold(tx: Tx, account: dict[str, Any], *, member_id: str | None, tag: str | None,
-                     amount: int) -> None:
-    """Raise the 402 of the first limit that refuses ``amount`` (the caller holds the account lock)."""
-    org_id, day = account["org_id"], account["today"]
-    available = account["granted_micro"] - account["settled_micro"] - account["held_micro"]
-    if amount > available:
-        raise refusal("insufficient_balance", "balance", amount, available,
-                      f"this call may cost up to {amount} micro-USD but the org has {max(0, available)} available; "
-                      "ask the operator for credits (treg credits grant)")
-    rows = await tx.fetch_all(select(money_daily.c.scope, money_daily.c.spent_micro, money_daily.c.held_micro)
-                              .where(and_(money_daily.c.org_id == org_id, money_daily.c.day == day,
-                                          in_scopes(scopes_of(member_id)))))
-    used = {r["scope"]: r["spent_micro"] + r["held_micro"] for r in rows}
-    cap = account["daily_cap_micro"]
-    if cap is not None and used.get(ORG_SCOPE, 0) + amount > cap:
-        left = cap - used.get(ORG_SCOPE, 0)
-        raise refusal("daily_cap", "daily_cap", amount, left,
-                      f"the org's daily cap of {cap} micro-USD leaves {max(0, left)} for today (UTC); this call may "
-                      f"cost up to {amount}. An owner or admin can raise it (PUT /api/v1/limits/daily-cap)")
-    if tag is not None:
-        row = await tx.fetch_one(select(tag_budgets.c.budget_micro, tag_budgets.c.spent_micro,
-                                        tag_budgets.c.held_micro)
-                                 .where(and_(tag_budgets.c.org_id == org_id, tag_budgets.c.tag == tag)))
-        if row is not None and row["budget_micro"] is not None:
-            left = row["budget_micro"] - row["spent_micro"] - row["held_micro"]
-            if amount > left:
-                raise refusal("tag_budget", "tag_budget", amount, left,
-                              f"the budget of tag {tag!r} ({row['budget_micro']} micro-USD) has {max(0, left)} left; "
-                              f"this call may cost up to {amount}. An owner or admin can raise it "
-                              "(PUT /api/v1/limits/tags/{tag})", tag=tag)
-    if member_id:
-        member_cap = await tx.scalar(select(member_caps.c.daily_cap_micro).where(member_caps.c.member_id == member_id))
-        if member_cap is not None and used.get(member_id, 0) + amount > member_cap:
-            left = member_cap - used.get(member_id, 0)
-            raise refusal("member_cap", "member_cap", amount, left,
-                          f"your daily cap of {member_cap} micro-USD leaves {max(0, left)} for today (UTC); this call "
-                          f"may cost up to {amount}. An owner or admin can raise it "
-                          "(PUT /api/v1/limits/members/{member_id})", member_id=member_id)
+def hold_refusal(limit: str, needed: int, available: int, cap: int | None, *, tag: str | None,
+                 member_id: str | None) -> PaymentRequired:
+    """The 402 of the limit that refused a hold (``treg_place_hold`` names it; ``cap`` is its value)."""
+    if limit == "balance":
+        return refusal("insufficient_balance", "balance", needed, available,
+                       f"this call may cost up to {needed} micro-USD but the org has {max(0, available)} available; "
+                       "ask the operator for credits (treg credits grant)")
+    if limit == "daily_cap":
+        return refusal("daily_cap", "daily_cap", needed, available,
+                       f"the org's daily cap of {cap} micro-USD leaves {max(0, available)} for today (UTC); this call "
+                       f"may cost up to {needed}. An owner or admin can raise it (PUT /api/v1/limits/daily-cap)")
+    if limit == "tag_budget":
+        return refusal("tag_budget", "tag_budget", needed, available,
+                       f"the budget of tag {tag!r} ({cap} micro-USD) has {max(0, available)} left; "
+                       f"this call may cost up to {needed}. An owner or admin can raise it "
+                       "(PUT /api/v1/limits/tags/{tag})", tag=tag)
+    assert limit == "member_cap", limit
+    return refusal("member_cap", "member_cap", needed, available,
+                   f"your daily cap of {cap} micro-USD leaves {max(0, available)} for today (UTC); this call "
+                   f"may cost up to {needed}. An owner or admin can raise it "
+                   "(PUT /api/v1/limits/members/{member_id})", member_id=member_id)
 
 
 # -- management (owner/admin) ------------------------------------------------------------------------
@@ -140,6 +123,7 @@ async def set_member_cap(svc: Services, ident: Identity, member_id: str, cap: in
 
 async def member_today(svc: Services, org_id: str, member_id: str) -> dict[str, Any]:
     """A member's cap and spend of the current UTC day."""
+    await svc.settler.drain()
     async with svc.db.tx() as tx:
         cap = await tx.scalar(select(member_caps.c.daily_cap_micro).where(and_(
             member_caps.c.member_id == member_id, member_caps.c.org_id == org_id)))
@@ -152,6 +136,7 @@ async def member_today(svc: Services, org_id: str, member_id: str) -> dict[str, 
 
 async def get_limits(svc: Services, ident: Identity) -> dict[str, Any]:
     require_manager(ident)
+    await svc.settler.drain()
     async with svc.db.tx() as tx:
         account = await lock_account(tx, svc, ident.org_id, lock=False)
         day: datetime.date = account["today"]

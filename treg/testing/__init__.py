@@ -28,7 +28,9 @@ is importable from here:
 * ``import_graph`` — ``import_circles(graph)``, the circles of an import graph (the suite's import checks).
 
 Not imported here, each used by its module's name: ``browser`` (Debian's chromium through Playwright:
-``async with browser.chromium() as b``), ``nginx`` (``Nginx``, Debian's nginx in front of a treg: TLS with
+``async with browser.chromium() as b``), ``oauth_server`` (``DotServer``: Django OAuth Toolkit, a real
+OAuth 2.0 authorization server, as a subprocess; ``consent_in_browser``), ``nginx`` (``Nginx``, Debian's
+nginx in front of a treg: TLS with
 a throwaway certificate, a path prefix, the location block docs/operations.md gives), ``pytest_plugin`` (it needs pytest), ``vendors``
 (fake vendors, one module per feature: ``treg.testing.vendors.capacity``), ``error_codes`` (every error
 code treg's source can produce, read from the source) and ``import_each`` (a script, run by its path).

@@ -8,13 +8,14 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from treg import money
 from treg.context import Services
 from treg.infra.schema import credit_grants, holds, money_daily, org_balances, tag_budgets
+from treg.money import holds as hold_closes
 
 
 async def check_books(svc: Services, org_id: str) -> dict[str, Any]:
     """Recompute every aggregate from the holds and grants and compare with the stored totals."""
+    await svc.settler.drain()  # the closes this process queued (treg/money/settler.py) written first
     async with svc.db.tx() as tx:
         account = await tx.fetch_one(select(org_balances).where(org_balances.c.org_id == org_id))
         granted = await tx.scalar(select(func.coalesce(func.sum(credit_grants.c.amount_micro), 0))
@@ -43,29 +44,32 @@ async def check_books(svc: Services, org_id: str) -> dict[str, Any]:
 
 
 def count_hold_closes(monkeypatch: Any) -> list[tuple[str, str]]:
-    """Every effective close of a hold (a settle or release that changed it), as (kind, call id)."""
+    """Every effective close of a hold (a settle or release that changed it), as (kind, call id), by
+    whichever path closed it: the settler (off the answer's path) or inline, the reaper, an async job's
+    poll — every close is one call of ``treg_close_holds`` through these two functions."""
     seen: list[tuple[str, str]] = []
-    settle, release = money.settle, money.release
+    close_on, close_in = hold_closes.close_on, hold_closes.close_in
+    kind = {hold_closes.SETTLED: "settle", hold_closes.RELEASED: "release"}
 
-    async def counted_settle(svc: Any, call_id: str, observed: Any) -> bool:
-        ok = await settle(svc, call_id, observed)
-        if ok:
-            seen.append(("settle", call_id))
-        return ok
+    async def counted_on(db: Any, closes: Any) -> Any:
+        closed = await close_on(db, closes)
+        seen.extend((kind[c.state], c.call_id) for c in closed)
+        return closed
 
-    async def counted_release(svc: Any, call_id: str) -> bool:
-        ok = await release(svc, call_id)
-        if ok:
-            seen.append(("release", call_id))
-        return ok
+    async def counted_in(tx: Any, closes: Any) -> Any:
+        closed = await close_in(tx, closes)
+        seen.extend((kind[c.state], c.call_id) for c in closed)
+        return closed
 
-    monkeypatch.setattr(money, "settle", counted_settle)
-    monkeypatch.setattr(money, "release", counted_release)
+    monkeypatch.setattr(hold_closes, "close_on", counted_on)
+    monkeypatch.setattr(hold_closes, "close_in", counted_in)
     return seen
 
 
 async def org_holds(svc: Any, org_id: str) -> list[dict[str, Any]]:
-    """The org's holds (id, state, amount, settled), oldest first."""
+    """The org's holds (id, state, amount, settled), oldest first (this process's queued closes written
+    first)."""
+    await svc.settler.drain()
     async with svc.db.tx() as tx:
         return await tx.fetch_all(select(holds.c.id, holds.c.state, holds.c.amount_micro, holds.c.settled_micro)
                                   .where(holds.c.org_id == org_id).order_by(holds.c.created_at))

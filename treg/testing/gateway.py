@@ -54,16 +54,24 @@ class Gateway:
         return out
 
     async def call(self, method: str, path: str, *, as_: dict[str, str] | None = None, **kw: Any) -> Any:
+        """The call's answer (its body unread), once the hold close it queued is written: treg closes holds
+        off the answer's path (treg/money/settler.py), and a test reading the database right after an
+        answer waits for that close as treg's own read routes do."""
         headers = {**(as_ or self.owner), **kw.pop("headers", {})}
-        return await self.client.request(method, path, headers=headers, **kw)
+        resp = await self.client.request(method, path, headers=headers, **kw)
+        await self.services.settler.drain()
+        return resp
 
     async def raw(self, method: str, target: str, headers: list[tuple[str, str]] | None = None,
                   body: bytes | None = None, *, chunks: list[bytes] | None = None, auth: bool = True) -> "RawReply":
         """A call sent as exact bytes on a fresh socket (no client-added headers; the owner's token
-        first unless ``auth`` is False), its answer read with framing kept."""
+        first unless ``auth`` is False), its answer read with framing kept, once the hold close it
+        queued is written."""
         hs = ([("X-Treg-Token", self.org["token"])] if auth else []) + list(headers or [])
         data = raw_request_bytes(method, target, hs, body, chunks=chunks)
-        return await raw_exchange(self.client.port, data, head_request=method.upper() == "HEAD")
+        reply = await raw_exchange(self.client.port, data, head_request=method.upper() == "HEAD")
+        await self.services.settler.drain()  # as :meth:`call`: the hold close the call queued is written
+        return reply
 
     async def calls(self, as_: dict[str, str] | None = None) -> list[dict[str, Any]]:
         return (await self.api("GET", "/api/v1/calls?limit=500", as_=as_, expect=200))["calls"]

@@ -13,7 +13,8 @@ is the ``aiohttp.access`` logger's level (:attr:`AccessLogger.enabled`).
 Without a sink (aiohttp's test server, an app embedded elsewhere) :class:`AccessLogger` hands logging
 a record, as aiohttp's own access logger would, with the call's fields for a JSON formatter.
 
-Never the query string (callers put keys there) nor a redirect's opaque value; in ``json`` the line
+Never the query string (callers put keys there; an OAuth callback's code) nor a redirect's or a connect
+link's opaque value; in ``json`` the line
 adds the call's id, org, member and surface, and the client's address (``client``: the peer's, or what a
 proxy in ``TREG_TRUSTED_PROXIES`` says in ``X-Forwarded-For``, treg/forwarded.py).
 """
@@ -60,6 +61,8 @@ def logged_path(raw_path: str) -> str:
     if "@" in path and path.startswith("/call/"):
         # a passthrough target's user:password@ (refused, ambiguous_target): masked as the audit masks it
         return "/call/" + mask_userinfo(path[6:], MASK)
+    if path.startswith("/oauth/connect/"):  # a connect link works once for whoever opens it first (docs/oauth.md)
+        return "/oauth/connect/…"
     return "/redirect/…" if path.startswith("/redirect/") else path
 
 

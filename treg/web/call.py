@@ -18,6 +18,7 @@ from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.keys import ERROR_HEADERS, SERVICES
+from treg.origin import note_listen
 from treg.ui_sessions import COOKIE, SessionCookie
 from treg.web.errors import render_failure
 
@@ -228,6 +229,8 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     call_id = new_id("call")
     # render_failure adds these to any refusal, 401 included
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
+    if transport := request.transport:  # the address URLs treg builds name, without TREG_PUBLIC_URL
+        note_listen(transport.get_extra_info("sockname"))
     inp = await intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
     resp = RelayResponse(outcome, request) if outcome.raw_headers is None else RawHeadResponse(outcome, request)

@@ -18,7 +18,7 @@ from treg.keys import SERVICES
 from treg.mcp.backend import PipelineBackend
 from treg.mcp.protocol import INVALID_REQUEST, Endpoint, Reply, ServerInfo
 from treg.mcp.tools import Authenticated, CallerContext
-from treg.origin import normalized_origin, own_origins
+from treg.origin import normalized_origin, note_listen, own_origins
 from treg.settings import Settings
 from treg.web.errors import error_response, render_failure
 from treg.web.jsonio import dumps, read_body
@@ -123,6 +123,8 @@ async def serve(request: web.Request, *, catalog_only: bool) -> web.StreamRespon
     ctx = CallerContext(token=Authenticated(ident), org_hint=request.headers.get("X-Treg-Org"),
                         tag=request.headers.get("X-Treg-Tag"), user_agent=request.headers.get("User-Agent"))
     backend = PipelineBackend(svc, ident, ctx, catalog_only=catalog_only)
+    if request.transport is not None:  # the address a connect_url names, without TREG_PUBLIC_URL
+        note_listen(request.transport.get_extra_info("sockname"))
     reply = await Endpoint(backend, SERVER).handle(body, tuple(request.headers.items()))
     return _render(reply, cors)
 

@@ -122,7 +122,11 @@ SCHEMAS: dict[str, Any] = {
                   "cost_micro": {"type": "integer"}, "duration_ms": {"type": ["integer", "null"]},
                   "kind": {"enum": [None, "async_submit", "async_poll", "async_fetch"]},
                   "overflow": {"type": ["object", "null"], "description": "the overflow attempt, when the call "
-                               "was sent to an aggregator: {aggregator, status, cost_micro} (GET one call only)"}},
+                               "was sent to an aggregator: {aggregator, status, cost_micro} (GET one call only)"},
+                  "credential_kind": {"enum": [None, "oauth", "secret", "platform"],
+                                      "description": "what was injected (GET one call only)"},
+                  "connection_id": {"type": ["string", "null"], "description": "the OAuth connection whose token "
+                                    "was injected (GET one call only)"}},
                  ("call_id", "outcome")),
     "Balance": _obj({"balance_micro": {"type": "integer"}, "held_micro": _MICRO, "available_micro": {"type": "integer"},
                      "granted_micro": _MICRO, "settled_micro": _MICRO, "daily_cap_micro": _LIMIT,
@@ -151,6 +155,39 @@ SCHEMAS: dict[str, Any] = {
                       "children": {"type": "array", "items": {"type": "object"}}}, ("id", "callable", "billed")),
     "Provider": _obj({"id": _ID, "platform_key_configured": {"type": "boolean"},
                       "anonymous_allowed": {"type": "boolean"}}, ("id",)),
+    "OAuthAppSet": _obj({"client_id": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": r"\S"},
+                         "client_secret": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": r"\S",
+                                           "description": "write-only: sealed, never returned"}},
+                        ("client_id", "client_secret"), closed=True),
+    "OAuthApp": _obj({"provider": _ID, "client_id": {"type": "string"}, "source": {"enum": ["org", "deployment"]}},
+                     ("provider", "client_id", "source")),
+    "NewConnection": _obj({"provider": {"type": "string", "description": "a catalog provider that declares oauth"},
+                           "scopes": {"type": ["array", "null"], "items": {"type": "string"},
+                                      "description": "omitted or empty: the provider's own list"},
+                           "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                           "shared": {"type": "boolean", "description": "the org's (team tier; owner/admin), "
+                                      "else the creating member's own"},
+                           "redirect_after": {"type": ["string", "null"], "description": "a URL on treg's own origin "
+                                              "the browser goes to once connected"}},
+                          ("provider",), closed=True),
+    "ConnectionCreated": _obj({"id": _ID, "provider": _ID, "name": {"type": "string"}, "status": {"const": "pending"},
+                               "shared": {"type": "boolean"}, "scopes": {"type": "array", "items": {"type": "string"}},
+                               "connect_url": {"type": "string", "description": "single-use, for a person to open "
+                                               "in a browser (no treg login)"},
+                               "connect_expires_at": _TIME},
+                              ("id", "provider", "name", "status", "connect_url", "connect_expires_at")),
+    "Connection": _obj({"id": _ID, "provider": _ID, "name": {"type": "string"},
+                        "status": {"enum": ["pending", "active", "needs_reauth", "denied"]},
+                        "shared": {"type": "boolean"}, "scopes": {"type": "array", "items": {"type": "string"}},
+                        "expires_at": _NULLABLE_TIME, "created_by": _NULLABLE_ID, "created_at": _TIME,
+                        "last_refreshed_at": _NULLABLE_TIME, "refresh_count": {"type": "integer"},
+                        "connect_url": {"type": ["string", "null"], "description": "while a pending or "
+                                        "needs_reauth connection's link is valid"},
+                        "connect_expires_at": _NULLABLE_TIME,
+                        "refreshes": {"type": "array", "description": "GET one connection: the last 20, newest first",
+                                      "items": _obj({"at": _TIME, "outcome": {"enum": ["ok", "invalid_grant",
+                                                                                      "failed"]}})}},
+                       ("id", "provider", "name", "status", "shared", "created_at")),
 }
 
 
@@ -190,6 +227,8 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
 
 
 _TOOL_ID = _path_param("tool_id", "a tool id (GET /api/v1/tools)")
+_PROVIDER = _path_param("provider", "a catalog provider that declares oauth (GET /api/v1/catalog/providers)")
+_CONNECTION_ID = _path_param("connection_id", "a connection id (GET /api/v1/connections)")
 
 #: (method, path) -> operation: one row per route the management route tables register
 OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
@@ -284,6 +323,30 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/api/v1/org"): _op("getOrg", "the org and its settings", "200", _ref("Org")),
     ("PATCH", "/api/v1/org"): _op("updateOrg", "change the org's settings (owner only)", "200", _ref("Org"),
                                   body="OrgChange", errors=("404",)),
+    ("PUT", "/api/v1/oauth-apps/{provider}"): _op(
+        "putOAuthApp", "register the org's own OAuth app at a provider (owner/admin); the secret is never returned",
+        "200", _ref("OAuthApp"), body="OAuthAppSet", errors=("404",), params=(_PROVIDER,)),
+    ("GET", "/api/v1/oauth-apps/{provider}"): _op(
+        "getOAuthApp", "the OAuth app connections at a provider use: the org's, else the deployment's", "200",
+        _ref("OAuthApp"), errors=("404",), params=(_PROVIDER,)),
+    ("DELETE", "/api/v1/oauth-apps/{provider}"): _op(
+        "deleteOAuthApp", "remove the org's own OAuth app at a provider (owner/admin)", "204", None,
+        errors=("404",), params=(_PROVIDER,)),
+    ("POST", "/api/v1/connections"): _op(
+        "createConnection", "a pending OAuth connection and the single-use connect_url a person opens "
+        "(docs/oauth.md)", "201", _ref("ConnectionCreated"), body="NewConnection", errors=("422",)),
+    ("GET", "/api/v1/connections"): _op(
+        "listConnections", "OAuth connections, newest first (yours and the shared ones; every one for owner/admin); "
+        "never a token", "200", _list_of("connections", "Connection")),
+    ("GET", "/api/v1/connections/{connection_id}"): _op(
+        "getConnection", "one connection with its last 20 refreshes", "200", _ref("Connection"), errors=("404",),
+        params=(_CONNECTION_ID,)),
+    ("DELETE", "/api/v1/connections/{connection_id}"): _op(
+        "deleteConnection", "revoke (RFC 7009, when the provider declares it) and delete a connection (its "
+        "creator, owner/admin)", "204", None, errors=("404",), params=(_CONNECTION_ID,)),
+    ("POST", "/api/v1/connections/{connection_id}/refresh"): _op(
+        "refreshConnection", "refresh the connection's token now (its creator, owner/admin)", "200",
+        _ref("Connection"), errors=("404", "409", "502"), params=(_CONNECTION_ID,)),
     ("GET", "/api/v1/credits"): _op("listCredits", "the org's credit ledger, newest first (owner/admin)", "200",
                                     _list_of("grants", "Grant")),
 }

@@ -5,6 +5,8 @@ declaring it, one module per feature under test. Import them by module: their co
 * ``archive``    — a people-search vendor and a result-classifier plugin file (the archive);
 * ``async_jobs`` — ``vidgen``, an async video vendor: submit, poll, fetch with ranges (async jobs);
 * ``capacity``   — ``vend``, a scripted vendor with capacity signature rows; ``strike_lock`` (capacity);
+* ``oauth``      — ``FakeOAuth``, a scripted OAuth 2.0 provider counting its token requests, and
+  ``consent_by_http``, a person's consent as plain HTTP (OAuth connections);
 * ``overflow``   — a vendor with overflow routes, a fake Orthogonal and a fake Monid (overflow);
 * ``resources``  — ``hooky``, a vendor of durable webhooks (owned resources).
 """

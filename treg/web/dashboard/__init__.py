@@ -18,7 +18,7 @@ from aiohttp import web
 
 from treg.keys import SETTINGS
 from treg.origin import path_prefix
-from treg.web.dashboard import pages, tryit
+from treg.web.dashboard import connections, pages, tryit
 from treg.web.dashboard.base import STATIC_FILES
 
 
@@ -41,6 +41,7 @@ def setup(app: web.Application) -> None:
     for name, ctype in STATIC_FILES.items():
         app.router.add_get(f"/ui/static/{name}", _static(static / name, ctype))
     app.router.add_routes(tryit.routes)
+    app.router.add_routes(connections.routes)
     app.router.add_routes(pages.routes)  # its last route answers any other /ui/ path with a 404 page
 
 

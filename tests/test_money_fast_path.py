@@ -1,0 +1,271 @@
+"""The platform tier's money path (issue 23, docs/money.md "One statement to hold, one to close"): a hold
+is one database round trip and its close another, written off the answer's path by the settler; the
+limits stay exact across processes; and a crash, a cut connection or a statement timeout between the
+answer and its close leaves a hold that is closed exactly once (by the settler's retry or the reaper).
+
+Real parts: the test database, treg on real sockets (the test gateway, and ``treg serve`` processes),
+the raw-socket upstream standing in for the vendor."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from typing import Any
+
+import aiohttp
+import psycopg2
+import pytest
+
+from treg import membership, money
+from treg.keys import SERVICES
+from treg import reaper
+from treg.settings import SecretStr
+from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, example_provider,
+                          http_response, open_services, raw_upstream, run_treg, serve_pair, stop_all, treg_env,
+                          within)
+
+PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
+PATH = "/catalog/call/acme.items.get?item_id=7"
+
+PLUGIN = """
+from treg import hookimpl
+from treg.testing import example_provider
+
+
+@hookimpl
+def treg_register_providers():
+    return [example_provider({url!r} + "/v1")]
+"""
+
+#: a fault put in the database by the tests below: every close of a hold (an UPDATE of its state) fails
+#: with the given error code while the flag row exists, as a database that is down, or a statement
+#: timeout, fails it
+_FAULT = """
+CREATE TABLE IF NOT EXISTS test_close_fault (code text NOT NULL);
+CREATE OR REPLACE FUNCTION test_close_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE c text;
+BEGIN
+    SELECT code INTO c FROM test_close_fault LIMIT 1;
+    IF c IS NOT NULL AND NEW.state <> 'held' THEN
+        RAISE EXCEPTION 'the close of % fails (test fault)', NEW.id USING ERRCODE = c;
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS test_close_fault ON holds;
+CREATE TRIGGER test_close_fault BEFORE UPDATE ON holds FOR EACH ROW EXECUTE FUNCTION test_close_fault();
+"""
+
+
+def _sql(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query, args or None)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def _fault(dsn: str, code: str | None) -> None:
+    """Closes of holds fail with SQLSTATE ``code`` from now on (None: they work again)."""
+    _sql(dsn, _FAULT)
+    _sql(dsn, "DELETE FROM test_close_fault")
+    if code is not None:
+        _sql(dsn, "INSERT INTO test_close_fault VALUES (%s)", code)
+
+
+@pytest.fixture
+async def platform(aiohttp_client, make_app):
+    """(gateway, upstream): the example provider on a raw upstream, treg's platform key for it, credits."""
+    async with raw_upstream(lambda ex: http_response(200, b'{"ok": true}', [("Content-Type", "application/json")])) as up:
+        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
+                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-platform")},
+                       audit_flush_ms=600_000)  # no audit batch in the middle of a count (flushed on demand)
+        client = await aiohttp_client(app)
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=1_000_000, actor="test")
+        yield gw, up
+        await client.close()
+
+
+async def test_a_platform_call_is_one_round_trip_to_hold_and_one_to_close(platform):
+    gw, _ = platform
+    svc = gw.services
+    for _ in range(3):  # the caches warm: the caller, the org's tools and secret rows are in memory
+        assert (await gw.call("GET", PATH)).status == 200
+    before = svc.db.round_trips
+    r = await gw.call("GET", PATH)  # waits for the close the call queued
+    assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
+    assert svc.db.round_trips - before == 2  # treg_place_hold, then treg_close_holds
+    await svc.audit.flush()
+    detail = await gw.api("GET", f"/api/v1/calls/{r.headers['X-Treg-Call-Id']}", expect=200)
+    assert (detail["hold_state"], detail["cost_micro"]) == ("settled", PRICE)
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == 4 * PRICE
+
+
+async def test_concurrent_closes_share_statements_and_stay_exact(platform):
+    """32 calls at once: each placed its own hold (one statement each), and the settler wrote their
+    closes in fewer statements than calls, every one exactly once."""
+    gw, _ = platform
+    svc = gw.services
+    await gw.call("GET", PATH)
+    closes = svc.settler.statements
+    results = await asyncio.gather(*(gw.client.get(PATH, headers=gw.owner) for _ in range(32)))
+    assert {r.status for r in results} == {200}
+    await svc.settler.drain()
+    assert svc.settler.statements - closes < 32
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == 33 * PRICE
+    bal = await money.balance(svc, gw.org["org_id"])
+    assert (bal.balance_micro, bal.held_micro) == (1_000_000 - 33 * PRICE, 0)
+
+
+@pytest.mark.parametrize("code", ["57014", "08006"], ids=["statement-timeout", "connection-failure"])
+async def test_a_failing_close_is_retried_and_written_once(platform, dsn, code):
+    """The close fails (a statement timeout, a broken connection) a few times, then works: the answer
+    left at once with its charge, and the hold is settled exactly once when the database is back."""
+    gw, _ = platform
+    svc = gw.services
+    await gw.call("GET", PATH)
+    await asyncio.to_thread(_fault, dsn, code)
+    try:
+        r = await asyncio.wait_for(gw.client.get(PATH, headers=gw.owner), 10)  # not the gateway's call: it drains
+        assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
+        call_id = r.headers["X-Treg-Call-Id"]
+        await asyncio.sleep(0.5)
+        assert await money.hold_state(svc, call_id) == "held"  # the close is being retried
+    finally:
+        await asyncio.to_thread(_fault, dsn, None)
+    await asyncio.wait_for(svc.settler.drain(), 30)
+    assert await money.hold_state(svc, call_id) == "settled"
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == 2 * PRICE
+
+
+async def test_connections_cut_under_the_settler_are_reopened(platform, dsn):
+    """Every treg connection is terminated (as a database restart does) between calls: the next closes
+    are written on new connections, once each."""
+    gw, _ = platform
+    svc = gw.services
+    await gw.call("GET", PATH)
+    await asyncio.to_thread(_sql, dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    statuses = []
+    for _ in range(5):  # a broken pooled connection fails one attempt; the retry takes a new one
+        r = await gw.client.get(PATH, headers=gw.owner)
+        statuses.append(r.status)
+    await asyncio.wait_for(svc.settler.drain(), 30)
+    ok = statuses.count(200)
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == (1 + ok) * PRICE
+    assert ok >= 3, statuses
+
+
+async def _served_org(env: dict[str, str], slug: str, micro: int) -> dict[str, Any]:
+    org = json.loads((await asyncio.to_thread(run_treg, env, "init", "--org", slug, "--email",
+                                              f"o@{slug}.test")).stdout)
+    granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", slug, "--micro", str(micro))
+    assert granted.returncode == 0, granted.stderr
+    return org
+
+
+async def test_sixteen_calls_on_credit_for_ten_across_two_processes_charge_exactly_ten(dsn, settings, tmp_path):
+    async with raw_upstream() as up:
+        plugins = tmp_path / "plugins"
+        plugins.mkdir()
+        (plugins / "acme_fake.py").write_text(PLUGIN.format(url=up.url))
+        env = treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(),
+                       TREG_SSRF_ALLOW="127.0.0.0/8", TREG_PLUGINS_DIR=str(plugins), TREG_PLATFORM_KEY_ACME="pk")
+        org = await _served_org(env, "tenner", 10 * PRICE)
+        a, b = await serve_pair(env, tmp_path)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+                A, B = Api(session, a.base), Api(session, b.base)
+                results = await asyncio.gather(*(
+                    (A if i % 2 else B).req("GET", f"/catalog/call/acme.items.get?item_id=t{i}", org["token"])
+                    for i in range(16)))
+                ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
+                refused = [body["error"] for status, body, _ in results if status == 402]
+                assert len(ok) == 10 and sum(ok) == 10 * PRICE and refused == ["insufficient_balance"] * 6
+                # a balance read waits for its own process's queued closes; the other's land within moments
+                for api in (A, B):
+                    async def settled(api: Api = api) -> bool:
+                        _, balance, _ = await api.req("GET", "/api/v1/balance", org["token"], 200)
+                        return (balance["balance_micro"], balance["held_micro"]) == (0, 0)
+                    await within(2, settled)
+        finally:
+            codes = await stop_all(a, b)
+    assert_clean_exits(codes, a, b)
+    svc = await open_services(dsn, settings)
+    try:
+        books = await check_books(svc, org["org_id"])
+        assert books["open"] == 0 and books["settled"] == 10 * PRICE
+    finally:
+        await svc.db.close()
+
+
+async def test_killed_between_the_answer_and_its_close_the_reaper_closes_the_hold_once(dsn, settings, tmp_path):
+    """``kill -9`` after the caller got its answer and before the close was written: the hold stays
+    open; a restarted treg's reaper releases it, in the caller's favour, exactly once; the books and the
+    call's audit row agree."""
+    async with raw_upstream() as up:
+        plugins = tmp_path / "plugins"
+        plugins.mkdir()
+        (plugins / "acme_fake.py").write_text(PLUGIN.format(url=up.url))
+        env = treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(),
+                       TREG_SSRF_ALLOW="127.0.0.0/8", TREG_PLUGINS_DIR=str(plugins), TREG_PLATFORM_KEY_ACME="pk",
+                       TREG_REAPER_INTERVAL_S="0.5")
+        org = await _served_org(env, "killed", 100 * PRICE)
+        first = await asyncio.to_thread(Served, env, tmp_path / "first.log")
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                api = Api(session, first.base)
+                await api.req("GET", "/catalog/call/acme.items.get?item_id=warm", org["token"], 200)
+                await asyncio.to_thread(_fault, dsn, "57014")  # closes cannot be written from here on
+                status, _, headers = await api.req("GET", "/catalog/call/acme.items.get?item_id=k", org["token"])
+                assert status == 200 and headers["X-Treg-Cost-Micro"] == str(PRICE)
+                call_id = headers["X-Treg-Call-Id"]
+
+                async def audited() -> bool:
+                    rows = await asyncio.to_thread(_sql, dsn, "SELECT hold_state FROM calls WHERE id = %s", call_id)
+                    return rows == [("settled",)]  # what the caller was told
+                await within(10, audited)
+            first.signal(signal.SIGKILL)
+            assert first.wait(10) == -signal.SIGKILL
+        finally:
+            first.kill()
+            await asyncio.to_thread(_fault, dsn, None)
+        assert await asyncio.to_thread(_sql, dsn, "SELECT state FROM holds WHERE id = %s", call_id) == [("held",)]
+        # the lease ends (TREG_HOLD_TTL_S later: moved here instead of waited for)
+        await asyncio.to_thread(_sql, dsn, "UPDATE holds SET expires_at = now() WHERE id = %s", call_id)
+        second = await asyncio.to_thread(Served, env, tmp_path / "second.log")  # its reaper runs at startup
+        try:
+            async def released() -> bool:
+                rows = await asyncio.to_thread(_sql, dsn, "SELECT state, settled_micro FROM holds WHERE id = %s",
+                                               call_id)
+                return rows == [("released", 0)]
+            await within(20, released)
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+                api = Api(session, second.base)
+                _, detail, _ = await api.req("GET", f"/api/v1/calls/{call_id}", org["token"], 200)
+                assert (detail["hold_state"], detail["cost_micro"]) == ("released", 0)
+                _, listed, _ = await api.req("GET", "/api/v1/calls?limit=10", org["token"], 200)
+                [row] = [c for c in listed["calls"] if c["call_id"] == call_id]
+                assert row["cost_micro"] == 0  # the list and the detail agree
+                _, balance, _ = await api.req("GET", "/api/v1/balance", org["token"], 200)
+                assert (balance["balance_micro"], balance["held_micro"]) == (100 * PRICE - PRICE, 0)
+        finally:
+            codes = await stop_all(second)
+    assert_clean_exits(codes, second)
+    svc = await open_services(dsn, settings)
+    try:
+        books = await check_books(svc, org["org_id"])
+        assert books["open"] == 0 and books["settled"] == PRICE  # the warm-up call; the killed one released
+        # a second sweep finds nothing more to close
+        assert await reaper.reap_orphans(svc, older_than_s=0) == 0
+    finally:
+        await svc.db.close()
