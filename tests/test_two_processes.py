@@ -14,7 +14,7 @@ from sqlalchemy import text, update
 
 from treg import membership, money, testing
 from treg.infra.schema import holds
-from treg.money import reaper
+from treg import reaper
 from treg.testing import (PROPAGATION_S, Api, assert_clean_exits, check_books, open_services, run_treg,
                           serve_pair, stop_all, treg_env, within)
 
