@@ -29,6 +29,8 @@ class Identity:
     #: None: every project of the org
     project_ids: tuple[str, ...] | None
     token_id: str
+    #: the member's cap on calls a UTC day (treg/member_limits.py); None: none, and no query is spent on it
+    calls_per_day: int | None = None
 
     @property
     def is_manager(self) -> bool:

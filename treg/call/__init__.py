@@ -7,8 +7,10 @@
 2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``; the
    org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``) or a sealed
    redirect (``redirects.py``).
-3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then, on a
-   catalog call, the features' gates (the table below).
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes, then the
+   member's call cap (``call_caps.py``: every call that passes counts, any tier, own tools too; a call
+   refused later gives its count back in 7's exit); then, on a catalog call, the features' gates (the
+   table below).
 4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
 5. ``relay.py`` — the exact upstream request with its credentials injected, its destination vetted,
    sent.
@@ -17,7 +19,14 @@
 7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
    ``audit.py``), and the one exit that unwinds and records every failure.
 
-A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
+Two catalog row rules act in stages above (``treg/catalog/``): **request guards** (``guards.py``) in 2,
+the ladder's platform branch: treg's own key refuses an integer out of range and sends a missing
+default, before any hold (``catalog_stage.with_defaults``: the request as sent from there on); the
+**success rule** (``success.py``) in 6: a metered 2xx failing it is a ``vendor_error``, its hold released
+(``settle.vendor_success``), and it decides an async submission's acceptance and done poll
+(``jobs.py``), what the archive stores (``archive.py``) and which routed child answered (``routed.py``).
+
+A routed ``treg.<capability>`` leaves after 2 (counted once against the member's call cap): ``routed.py`` runs its children through this list, one
 child call each, and closes the holds their settle stages left open.
 
 **The catalog's features, by stage.** Five features of catalog calls act in some of the stages: each
