@@ -109,8 +109,9 @@ def final_miss(svc: Services, name: str) -> TregError | None:
 
 def tier_headers(target: ResolvedTarget | None, cost_micro: int = 0, *, cost: bool = True) -> dict[str, str]:
     """Every answer of a catalog call that reached the ladder carries its tier and cost (``cost`` False:
-    not known yet, an async submission's hold is still open)."""
-    if target is None or target.catalog is None:
+    not known yet, an async submission's hold is still open); so does every answer of a hub call
+    (``credential_tier: hub``, treg/call/hub_stage.py)."""
+    if target is None or (target.catalog is None and target.hub is None):
         return {}
     if not cost:
         return {"X-Treg-Credential-Tier": str(target.credential_tier)}

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from treg import idempotency
-from treg.call import capacity_stage, catalog_stage, evidence, headers as hdr
+from treg.call import capacity_stage, catalog_stage, evidence, headers as hdr, hub_views
 from treg.call.target import mask_userinfo
 from treg.call.types import USER_AGENT_MAX, CallRecord
 from treg.context import Services
@@ -55,9 +55,11 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
-        *(credential_kind(t.bindings) if t else (None, None)),
+        *(credential_kind(t.bindings) if t else (None, None)), None, None,
         inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
+    if t is not None and t.hub is not None:  # a hub call: the caller's view, and the publisher's row beside it
+        return hub_views.rows(state, rec)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
     return rec if state.overflow is None else state.overflow.retarget(rec)
 
@@ -79,6 +81,8 @@ def request_evidence(state: "CallState") -> dict[str, Any] | None:
 def audit(svc: Services, rec: CallRecord) -> None:
     """Queue the row, then tell the ``treg_event`` observers (``tool_called``), if there are any."""
     svc.audit.record(rec)
+    if rec.hub_twin is not None:  # a hub call of another org's tool: the publishing org's row too
+        svc.audit.record(rec.hub_twin)
     svc.metrics.observe_call(rec)
     if not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
@@ -119,6 +123,8 @@ def _failure_record(state: "CallState", exc: TregError, failure_kind: str | None
 async def _unwind(svc: Services, state: "CallState") -> None:
     """Release the hold, give the label back (shielded from cancellation: a cancelled call must still
     close its money; the reaper is the last resort)."""
+    svc.hub.release(svc, state.inp.call_id)  # a hub call's slot (none taken: nothing to give back)
+
     async def work() -> None:
         try:
             try:
@@ -140,6 +146,8 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
     resp = state.resp
     if resp is not None:
         resp.close()  # once: CloseOnce ignores a repeat
+    if isinstance(exc, TregError):
+        hub_views.scrub_error(state, exc)  # a hub caller never reads the publisher's setup in a refusal
     try:
         await _unwind(svc, state)
     finally:

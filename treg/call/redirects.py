@@ -133,9 +133,10 @@ def redirect_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[Cal
                                provider=urlsplit(url).hostname, scope_project_id=grant.project_id)
 
 
-def _within_tool(tool: ToolRef, url: str) -> str | None:
-    """``url`` as a named call to ``tool`` (``/call/<tool>/…``) when it lies inside the tool's base URL
-    (same scheme, host and port, path prefix on a segment boundary), else None."""
+def _within_tool(tool: ToolRef, url: str, name: str | None = None) -> str | None:
+    """``url`` as a named call to ``tool`` (``/call/<name>/…``, the tool's own name unless given: a hub
+    call's is its ref) when it lies inside the tool's base URL (same scheme, host and port, path prefix
+    on a segment boundary), else None."""
     head, _, query = url.partition("?")
     scheme, sep, rest = head.partition("://")
     bscheme, _, brest = tool.base.partition("://")
@@ -151,7 +152,7 @@ def _within_tool(tool: ToolRef, url: str) -> str | None:
     pairs = split_query(query)
     if tool.base_query and tuple(pairs[:len(tool.base_query)]) == tool.base_query:
         pairs = pairs[len(tool.base_query):]  # the call adds the base URL's own query pairs again
-    out = "/call/" + quote(tool.name, safe="") + path[len(bpath):]
+    out = "/call/" + quote(name or tool.name, safe="") + path[len(bpath):]
     if pairs:
         out += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in pairs)
     return out
@@ -173,14 +174,17 @@ def treg_location(svc: Services, ident: Identity, inp: CallInput, target: Resolv
     absolute = mask(resolved)
     url, hash_, fragment = absolute.partition("#")
     prefix = path_prefix(svc.settings)  # behind a reverse proxy, its path prefix (operability.md)
+    hub = _foreign_hub(ident, target)
     if target.tool is not None and inp.surface != "redirect":
-        named = _within_tool(target.tool, url)
+        # a hub call's caller may call the ref, never the publisher's tool by its own name
+        named = _within_tool(target.tool, url, target.hub.ref if target.hub is not None else None)
         if named is not None:
             if inp.surface == "call" and parse_rest(inp.rest)[0] == "url":
                 return prefix + "/call/" + absolute  # the caller's passthrough form
             return prefix + named + hash_ + fragment
+    # the hop runs under the caller's deny rules: a hub tool's project is the publisher's, not theirs
     grant = RedirectGrant(ident.org_id, ident.member_id, url, inp.call_id, int(time.time()) + ttl_s,
-                          target.project_id)
+                          None if hub else target.project_id)
     return prefix + "/redirect/" + seal(svc, grant) + hash_ + fragment
 
 
@@ -192,6 +196,8 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
     out: list[tuple[str, str]] = []
     kept: list[tuple[str, str]] = []
     ttl_s = svc.settings.redirect_ttl_s
+    # a hub caller is not told where the publisher's API points (its base URL is the publisher's)
+    keep_upstream = not _foreign_hub(ident, target)
     for k, v in headers:
         keep = KEPT_AS.get(k.lower())
         if keep is None:
@@ -200,5 +206,10 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
         rewritten = treg_location(svc, ident, inp, target, v, mask, ttl_s)
         if rewritten is not None:
             out.append((k, rewritten))
-        kept.append((keep, mask(v)))
+        if keep_upstream:
+            kept.append((keep, mask(v)))
     return out + kept
+
+
+def _foreign_hub(ident: Identity, target: ResolvedTarget) -> bool:
+    return target.hub is not None and target.hub.org_id != ident.org_id

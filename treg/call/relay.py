@@ -87,6 +87,8 @@ class PreparedRequest:
     #: the OAuth connections whose tokens were injected, as (id, token version): an upstream 401 marks
     #: exactly those tokens stale (docs/oauth.md)
     connections: tuple[tuple[str, int], ...] = ()
+    #: the org whose credentials were injected (a hub call's publisher; None: the caller's)
+    org_id: str | None = None
 
     def redactor(self) -> Redactor:
         if self.secrets is not None:
@@ -264,7 +266,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
         stored = svc.platform_redactors
     return PreparedRequest(UpstreamRequest(inp.method, url, tuple(headers.items()), body),
-                           tuple(values), body_kept, stored, used)
+                           tuple(values), body_kept, stored, used, org_id)
 
 
 async def send(svc: Services, state: "CallState") -> UpstreamResponse:
@@ -284,5 +286,5 @@ async def send(svc: Services, state: "CallState") -> UpstreamResponse:
     state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
     if resp.status == 401 and prepared.connections and state.ident is not None:
         # the token was refused: the next call refreshes first; this 401 is relayed as it is, never re-sent
-        await oauth.mark_stale(svc, state.ident.org_id, prepared.connections)
+        await oauth.mark_stale(svc, prepared.org_id or state.ident.org_id, prepared.connections)
     return resp

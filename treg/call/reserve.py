@@ -29,16 +29,22 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     if cat is None or not target.billed:
         return None
     if inp.idempotency_key and inp.deferred is None:  # a routed call's child: the key is the routed call's
-        body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
-        if not isinstance(inp.body, bytes) and inp.body is not None:
-            state.inp = inp = replace(inp, body=body, content_length=len(body))
-        if await claim_key(svc, state, target.endpoint_id or "", body):
-            return _replay_outcome(svc, state)
+        if await claim_key(svc, state, target.endpoint_id or "", await keyed_body(svc, state)):
+            return replay_outcome(svc, state)
     if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
         return overflowed
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
                                         amount_micro=cat.hold_micro, tag=inp.tag)
     return None
+
+
+async def keyed_body(svc: Services, state: CallState) -> bytes:
+    """The request body an ``Idempotency-Key`` digest covers, read whole (bounded) and kept for the relay."""
+    inp = state.inp
+    body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
+    if not isinstance(inp.body, bytes) and inp.body is not None:
+        state.inp = replace(inp, body=body, content_length=len(body))
+    return body
 
 
 async def claim_key(svc: Services, state: CallState, endpoint_id: str, body: bytes) -> bool:
@@ -59,7 +65,8 @@ async def claim_key(svc: Services, state: CallState, endpoint_id: str, body: byt
     return False
 
 
-def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
+def replay_outcome(svc: Services, state: CallState) -> CallOutcome:
+    """The stored answer of ``state.claim`` (a REPLAY), not charged again."""
     c = state.claim
     assert c is not None and c.status is not None
     body = c.body or b""

@@ -12,8 +12,8 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import (archive, capacity_stage, intake, jobs, overflow_stage, record, reserve, resolve, resources,
-                       routed, settle)
+from treg.call import (archive, capacity_stage, hub_stage, intake, jobs, overflow_stage, record, reserve, resolve,
+                       resources, routed, settle)
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -33,7 +33,10 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
         state.inp = inp = await authorize(svc, ident, inp, target)  # 3 authorize: ACL, deny rules
-        if target.catalog is not None:  # the catalog's own stages (an own tool's call has none of them)
+        if target.hub is not None:  # another org's published tool: its slot, the caller's hold (or a replay)
+            if (replay := await hub_stage.admit(svc, state)) is not None:
+                return replay
+        elif target.catalog is not None:  # the catalog's own stages (an own tool's call has none of them)
             await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
             await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
             # ... and a locked platform key refuses before any hold (unless an aggregator may serve the call)
@@ -42,7 +45,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
                 return replay
             if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
                 return stored
-        state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
+        # 5 relay: the exact request (a hub call's with the publisher's credentials),
+        state.prepared = await prepare(svc, hub_stage.secrets_org(ident, target), state.inp, target)
         state.resp = await capacity_stage.send(svc, state)  # ... vetted and sent (platform tier: smoothed)
         return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
     except BaseException as exc:  # identified: recorded once, cancelled or not

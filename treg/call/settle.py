@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator
 
 from treg import idempotency
-from treg.call import (archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs,
+from treg.call import (archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, hub_stage, jobs,
                        metered, overflow_stage, redirects, resources)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
@@ -27,6 +27,8 @@ from treg.plugins import spool_evidence_paths
 async def settle(svc: Services, state: CallState) -> CallOutcome:
     resp = state.resp
     assert resp is not None
+    if state.target is not None and state.target.hub is not None:  # a hub call: read whole, checked, settled
+        return await hub_stage.answer(svc, state, resp)
     # read whole too: an owned object's answer, an async submission or owned poll
     if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state):
         return await _metered_outcome(svc, state, resp)

@@ -1,0 +1,111 @@
+"""What a hub call's caller is shown and recorded, and the publishing org's row beside it
+(docs/sharing.md "Hub").
+
+A call of another org's published tool is audited twice under the caller's call id (the calls table's
+key is ``(id, org_id)``, migration 0019):
+
+* **the caller's row** (its org, its member): ``surface: hub``, ``hub_ref``, ``credential_tier: hub``,
+  what the caller was charged; of the publisher's setup nothing: no upstream URL, no tool id or host,
+  no credential kind or connection, and evidence of what the caller itself sent (``/call/<ref>/…`` and
+  its own headers, never the request the relay built with the publisher's credential in it) and of
+  the answer as the caller got it (no ``Location`` into the publisher's API, no cookie);
+* **the publisher's row** (its org, no member): the call as the relay made it, evidence redacted as
+  for any own-tool call (the body of a refusal treg answered the caller with is left out: the caller's
+  own deny rule or balance is not the publisher's to read), ``hub_caller_org`` = the caller's org slug (never its member), cost 0 (its
+  earning is the ledger's ``earning`` grant, docs/money.md "Hub").
+
+An org calling its own ref writes one row, its own, with both ``hub_ref`` and ``hub_caller_org``.
+
+A refusal treg itself answers a hub caller (:func:`scrub_error`) names neither the publisher's upstream
+host nor its base URL (the ref stands in for them) nor an injected value; one the publisher must fix
+(blame ``org_connection``: a missing secret, an injector gone) says only that.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from treg.call import evidence, headers as hdr
+from treg.call.types import CallRecord, ResolvedTarget
+from treg.errors import TregError
+
+if TYPE_CHECKING:
+    from treg.call.state import CallState
+
+#: answer headers the caller's evidence leaves out: where the publisher's API points, its cookies
+_PUBLISHERS = frozenset({"location", "content-location", "set-cookie", "set-cookie2"})
+
+
+def foreign(caller_org_id: str, target: ResolvedTarget | None) -> bool:
+    """A hub call of another org's tool (an org calling its own ref is its own tool call)."""
+    return target is not None and target.hub is not None and target.hub.org_id != caller_org_id
+
+
+def rows(state: "CallState", rec: CallRecord) -> CallRecord:
+    """The caller's row of a hub call, with the publishing org's row as its ``hub_twin``."""
+    assert state.ident is not None and state.target is not None
+    hub = state.target.hub
+    ident = state.ident
+    if hub.org_id == ident.org_id:
+        return rec._replace(surface="hub", hub_ref=hub.ref, hub_caller_org=ident.org_slug)
+    # a refusal's body is treg's answer to the caller (its own deny rule, its balance): not the publisher's
+    # to read; the upstream's answer is
+    publisher = rec._replace(org_id=hub.org_id, member_id=None, surface="hub", cost_micro=0, hold_state=None,
+                             tag=None, hub_ref=hub.ref, hub_caller_org=ident.org_slug,
+                             error_response=rec.error_response if state.resp is not None else None)
+    return rec._replace(surface="hub", upstream_url=None, tool_id=hub.id, tool_name=hub.ref, provider=None,
+                        credential_kind=None, connection_id=None, hub_ref=hub.ref,
+                        error_request=_sent(state) if rec.error_request is not None else None,
+                        error_response=_got(rec.error_response), hub_twin=publisher)
+
+
+def _sent(state: "CallState") -> dict[str, Any]:
+    """The request as the caller sent it (to treg), redacted."""
+    inp = state.inp
+    body = inp.body if isinstance(inp.body, bytes) else None
+    url = "/call/" + inp.rest + ("?" + inp.raw_query if inp.raw_query else "")
+    return evidence.request_evidence(inp.method, url, hdr.request_headers(inp.headers), body, body is not None,
+                                     state.redactor)
+
+
+def _got(answer: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not answer or not answer.get("headers"):
+        return answer
+    return {**answer, "headers": [h for h in answer["headers"] if h[0].lower() not in _PUBLISHERS]}
+
+
+def scrub_error(state: "CallState", exc: TregError) -> None:
+    """``exc`` as a hub caller may read it: the publisher's host and base URL replaced by the ref, injected
+    values masked; a failure of the publisher's own setup (blame ``org_connection``) named by its code only."""
+    ident, target = state.ident, state.target
+    if ident is None or not foreign(ident.org_id, target):
+        return
+    assert target is not None and target.tool is not None
+    hub, tool = target.hub, target.tool
+    if exc.blame == "org_connection":
+        exc.detail = (f"{hub.ref} cannot run: its publisher's setup failed ({exc.code}); the publishing org "
+                      "sees the details in its audit")
+        exc.args = (exc.detail,)
+        exc.extra = {}
+        return
+    hostname = tool.host.rpartition("@")[2]
+    if hostname.startswith("["):
+        hostname = hostname.partition("]")[0] + "]"
+    else:
+        hostname = hostname.partition(":")[0]
+    spellings = sorted({tool.base_url, tool.base, tool.base.rstrip("/"), tool.host, hostname} - {""}, key=len,
+                       reverse=True)
+
+    def clean(text: str) -> str:
+        text = state.masked(text)
+        for s in spellings:
+            text = text.replace(s, hub.ref)
+        return text
+
+    exc.detail = clean(exc.detail)
+    exc.args = (exc.detail,)
+    for key, value in list(exc.extra.items()):
+        if isinstance(value, str):
+            exc.extra[key] = clean(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            exc.extra[key] = [clean(v) for v in value]
