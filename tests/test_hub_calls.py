@@ -19,7 +19,7 @@ from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import (ProviderPlugin, call_input, check_books, example_provider, http_response, open_org,
                           raw_upstream)
-from treg.testing.hub import SECRET, echo_answer, hub_pair, leaks
+from treg.testing.vendors.hub import SECRET, echo_answer, hub_pair, leaks
 
 PRICE = 1234
 

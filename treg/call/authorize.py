@@ -86,11 +86,13 @@ async def _deny(svc: Services, org_id: str, member_id: str, project_id: str | No
                                member_id=member_id, project_id=project_id, headers=inp.headers,
                                query=target.query, body_methods=found)
     if rule is not None:
-        raise _publisher_denied(inp.method, shown or host) if publisher else _denied(rule, inp.method, shown or host)
+        if publisher:
+            raise _publisher_denied(inp.method, shown or host, "denied_by_rule")
+        raise _denied(rule, inp.method, shown or host)
     return inp
 
 
-def _publisher_denied(method: str, ref: str, code: str = "denied_by_rule") -> Forbidden:
+def _publisher_denied(method: str, ref: str, code: str) -> Forbidden:
     return Forbidden(f"a deny rule of the org publishing {ref} blocks {method} on it", code=code, refused_by="deny")
 
 
