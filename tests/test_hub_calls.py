@@ -11,11 +11,13 @@ import json
 
 import pytest
 
-from treg import money
-from treg.call import service
+from treg import authentication, money
+from treg.call import hub_views, resolve, service
+from treg.call.state import CallState
 from treg.errors import TregError
 from treg.hub import store as hub_store
 from treg.keys import SERVICES
+from treg.oauth.errors import ConnectionNeedsReauth
 from treg.settings import SecretStr
 from treg.testing import (ProviderPlugin, call_input, check_books, example_provider, http_response, open_org,
                           raw_upstream)
@@ -307,3 +309,25 @@ async def test_members_of_both_orgs_see_the_hub_and_only_managers_publish(aiohtt
         async with pair.services.db.tx() as tx:
             assert await tx.scalar("SELECT count(*) FROM org_balances WHERE org_id = %(o)s",
                                    {"o": pair.publisher.org["org_id"]}) == 1
+
+
+async def test_a_publishers_connection_needing_consent_never_hands_the_caller_its_link(aiohttp_client, make_app):
+    async with hub_pair(aiohttp_client, make_app) as pair:
+        svc = pair.services
+        inp = call_input(f"{pair.ref}/x", token=pair.caller.org["token"])
+        state = CallState(inp)
+        state.ident = await authentication.authenticate(svc, pair.caller.org["token"], None)
+        _, state.target = await resolve.resolve_target(svc, state.ident, inp)
+        link = "http://127.0.0.1/oauth/connect/opaque-link-of-the-publisher"
+        exc = ConnectionNeedsReauth(f"connection conn_1 of {pair.upstream.url} needs consent", connect_url=link)
+        hub_views.scrub_error(state, exc)
+        body = json.dumps(exc.body())
+        assert link not in body and "connect_url" not in body and pair.upstream.url not in body
+        assert exc.code == "connection_needs_reauth" and pair.ref in exc.detail
+        # the org's own ref: its own connection, its own link (nothing to hide from itself)
+        own = CallState(inp)
+        own.ident = await authentication.authenticate(svc, pair.publisher.org["token"], None)
+        own.target = state.target
+        mine = ConnectionNeedsReauth("needs consent", connect_url=link)
+        hub_views.scrub_error(own, mine)
+        assert mine.body()["connect_url"] == link

@@ -18,7 +18,8 @@ An org calling its own ref writes one row, its own, with both ``hub_ref`` and ``
 
 A refusal treg itself answers a hub caller (:func:`scrub_error`) names neither the publisher's upstream
 host nor its base URL (the ref stands in for them) nor an injected value; one the publisher must fix
-(blame ``org_connection``: a missing secret, an injector gone) says only that.
+(blame ``org_connection``: a missing secret, an injector gone; its OAuth connection needing a person's
+consent, whose link is the publisher's) says only that.
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ from typing import TYPE_CHECKING, Any
 from treg.call import evidence, headers as hdr
 from treg.call.types import CallRecord, ResolvedTarget
 from treg.errors import TregError
+from treg.oauth.errors import ConnectionNeedsReauth, OAuthRefreshFailed
 
 if TYPE_CHECKING:
     from treg.call.state import CallState
 
+#: refusals about the publisher's credential the caller cannot act on, whatever their blame: a connection
+#: needing a person to consent again carries the publisher's consent link, never a stranger's to open
+_PUBLISHERS_TO_FIX = (ConnectionNeedsReauth, OAuthRefreshFailed)
 #: answer headers the caller's evidence leaves out: where the publisher's API points, its cookies
 _PUBLISHERS = frozenset({"location", "content-location", "set-cookie", "set-cookie2"})
 
@@ -76,13 +81,14 @@ def _got(answer: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def scrub_error(state: "CallState", exc: TregError) -> None:
     """``exc`` as a hub caller may read it: the publisher's host and base URL replaced by the ref, injected
-    values masked; a failure of the publisher's own setup (blame ``org_connection``) named by its code only."""
+    values masked; a failure of the publisher's own setup (blame ``org_connection``, or its OAuth connection
+    needing consent or a refresh) named by its code only, its ``connect_url`` and every other extra dropped."""
     ident, target = state.ident, state.target
     if ident is None or not foreign(ident.org_id, target):
         return
     assert target is not None and target.tool is not None
     hub, tool = target.hub, target.tool
-    if exc.blame == "org_connection":
+    if exc.blame == "org_connection" or isinstance(exc, _PUBLISHERS_TO_FIX):
         exc.detail = (f"{hub.ref} cannot run: its publisher's setup failed ({exc.code}); the publishing org "
                       "sees the details in its audit")
         exc.args = (exc.detail,)
