@@ -20,6 +20,11 @@
 A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
 child call each, and closes the holds their settle stages left open.
 
+A hub call (``hub_stage.py``: another org's published tool, ``/call/<org-slug>.<name>/…``) is resolved in 2
+after the org's tools and the catalog, authorized in 3 under both orgs' deny rules, takes its slot and
+the caller's hold in 4, relays with the publisher's credentials in 5, is read whole and checked in 6
+and audited twice in 7 (``hub_views.py``).
+
 Platform tier (``capacity_stage.py``): a locked key refused between 3 and 4, the spacer and the one
 burst re-send around 5's send, the breaker told about the answer in 6 once its hold is closed.
 """

@@ -5,7 +5,8 @@ included (requests, httpx and so the OpenAI and Anthropic SDKs strip only ``Auth
 change). So no ``Location`` or ``Content-Location`` leaves treg pointing at an upstream:
 
 * into the same tool's base URL → the equivalent treg URL, ``/call/<tool>/…`` (or the passthrough
-  form ``/call/https://host/…`` when the caller used it): a normal call, credential injected;
+  form ``/call/https://host/…`` when the caller used it; a hub call's ``/call/<ref>/…``, the one name
+  its caller can call the publisher's tool by): a normal call, credential injected;
 * anywhere else (a relative value resolved against the upstream URL first) → ``/redirect/<opaque>``,
   which relays to that URL with no credential at all (:func:`redirect_target`).
 
@@ -17,8 +18,9 @@ A value is rewritten only when treg reads it exactly as every client would (:mod
 an allow-list); any other value (another scheme, a user-info part, a spelling such as
 ``http://x[@evil/`` or ``http:////evil`` that httpx, curl, requests or urllib read as a URL on another
 host) is dropped: the answer goes out without that header, the upstream's value kept (masked) in
-``X-Treg-Upstream-Location``, which no client follows. Nothing the upstream wrote is ever relayed as a
-``Location`` as it was.
+``X-Treg-Upstream-Location``, which no client follows (not for a hub call of another org's tool: that
+value would name the publisher's API). Nothing the upstream wrote is ever relayed as a ``Location`` as
+it was.
 
 The opaque value is self-contained, so any treg process holding the master key serves it: AES-256-GCM
 under a key derived from the master key for this purpose only (HKDF-SHA256, info ``treg-redirect``),

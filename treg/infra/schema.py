@@ -214,7 +214,7 @@ credit_grants = Table(
     "credit_grants", metadata,
     Column("id", String(40), primary_key=True),
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
-    Column("kind", String(16), nullable=False),  # grant | trial
+    Column("kind", String(16), nullable=False),  # grant | trial | earning (a hub call's price, credited)
     Column("amount_micro", BigInteger, nullable=False),
     Column("actor", String(200), nullable=False),
     Column("note", Text, nullable=True),
