@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from treg.testing.browser import logged_in
 from treg.testing.vendors.hub import hub_pair, leaks
 
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
@@ -17,14 +18,7 @@ async def browser(chromium):
 
 
 async def _logged_in(browser, pair, token):
-    ctx = await browser.new_context(base_url=f"http://127.0.0.1:{pair.client.port}")
-    page = await ctx.new_page()
-    page.seen_5xx = []  # type: ignore[attr-defined]
-    page.on("response", lambda r: page.seen_5xx.append(r.url) if r.status >= 500 else None)
-    await page.goto("/ui/login")
-    await page.get_by_label("Token").fill(token)
-    await page.get_by_role("button", name="Log in").click()
-    await page.wait_for_url("**/ui/")
+    page = await logged_in(browser, f"http://127.0.0.1:{pair.client.port}", token)
     await page.get_by_role("navigation", name="Main").get_by_role("link", name="Hub", exact=True).click()
     await pw.expect(page.get_by_role("heading", level=1)).to_have_text("Hub")
     return page

@@ -44,7 +44,7 @@ async def authorize(svc: Services, ident: Identity, inp: CallInput, target: Reso
     publication is the permission) and runs under both orgs' deny rules: the caller's (matched against
     where the call goes and against the ref, as if it were a host) and the publisher's (as for a call
     of its tool by nobody of its members); neither refusal tells the caller where the call goes."""
-    hub = target.hub if target.hub is not None and target.hub.org_id != ident.org_id else None
+    hub = target.hub_for(ident.org_id)
     if target.tool is not None and hub is None and not usable(ident, target.tool):
         raise Forbidden(f"you may not use the tool {target.tool.name!r} (project scope or allowed members)",
                         code="tool_forbidden", refused_by="acl")

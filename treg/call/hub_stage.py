@@ -64,7 +64,7 @@ async def published(svc: Services, inp: CallInput, name: str) -> tuple[HubTool, 
 def target(ident: Identity, inp: CallInput, hub: HubTool, named: ResolvedTarget) -> ResolvedTarget:
     """The publisher's tool's named target as a hub call's."""
     extra: tuple[tuple[str, str], ...] = ()
-    if inp.idempotency_key and hub.org_id != ident.org_id:
+    if inp.idempotency_key and hub.org_id != ident.org_id:  # (its own ref: its own account, its own label)
         extra = (("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key,
                                                                     call_pin(inp))),)
     return replace(named, credential_tier="hub", hub=hub, extra_headers=extra)
@@ -75,17 +75,13 @@ def secrets_org(ident: Identity, target: ResolvedTarget) -> str:
     return target.hub.org_id if target.hub is not None else ident.org_id
 
 
-def _charged(ident: Identity, hub: HubTool) -> bool:
-    return hub.price_micro > 0 and hub.org_id != ident.org_id
-
-
 async def admit(svc: Services, state: CallState) -> CallOutcome | None:
     """Before the relay: the key claimed (a stored answer comes back as a replay), the slot taken, the
     hold placed. None: the call goes on to the relay."""
     ident, target, inp = state.ident, state.target, state.inp
     assert ident is not None and target is not None and target.hub is not None
     hub = target.hub
-    charged = _charged(ident, hub)
+    charged = hub.price_micro > 0 and target.hub_for(ident.org_id) is not None  # its own ref: never charged
     if charged and inp.idempotency_key:
         if await reserve.claim_key(svc, state, hub.ref, await reserve.keyed_body(svc, state)):
             return reserve.replay_outcome(svc, state)
@@ -117,7 +113,7 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
     ok = 200 <= resp.status < 300
     data = await metered.buffer_answer(resp)
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
-    if hub.org_id != ident.org_id:
+    if target.hub_for(ident.org_id) is not None:  # another org's caller: nothing of the publisher's leaves
         data, relayed = _checked(state, resp, data, relayed)
     if "location" in resp.index or "content-location" in resp.index:
         relayed = redirects.rewrite_locations(svc, ident, state.inp, target, relayed, state.masked)

@@ -11,8 +11,8 @@ key is ``(id, org_id)``, migration 0019):
   the answer as the caller got it (no ``Location`` into the publisher's API, no cookie);
 * **the publisher's row** (its org, no member): the call as the relay made it, evidence redacted as
   for any own-tool call (the body of a refusal treg answered the caller with is left out: the caller's
-  own deny rule or balance is not the publisher's to read), ``hub_caller_org`` = the caller's org slug (never its member), cost 0 (its
-  earning is the ledger's ``earning`` grant, docs/money.md "Hub").
+  own deny rule or balance is not the publisher's to read), ``hub_caller_org`` = the caller's org slug
+  (never its member), cost 0 (its earning is the ledger's ``earning`` grant, docs/money.md "Hub calls").
 
 An org calling its own ref writes one row, its own, with both ``hub_ref`` and ``hub_caller_org``.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from treg.call import evidence, headers as hdr
-from treg.call.types import CallRecord, ResolvedTarget
+from treg.call.types import CallRecord
 from treg.errors import TregError
 from treg.oauth.errors import ConnectionNeedsReauth, OAuthRefreshFailed
 
@@ -41,18 +41,13 @@ _PUBLISHERS_TO_FIX = (ConnectionNeedsReauth, OAuthRefreshFailed)
 _PUBLISHERS = frozenset({"location", "content-location", "set-cookie", "set-cookie2"})
 
 
-def foreign(caller_org_id: str, target: ResolvedTarget | None) -> bool:
-    """A hub call of another org's tool (an org calling its own ref is its own tool call)."""
-    return target is not None and target.hub is not None and target.hub.org_id != caller_org_id
-
-
 def rows(state: "CallState", rec: CallRecord) -> CallRecord:
     """The caller's row of a hub call, with the publishing org's row as its ``hub_twin``."""
     assert state.ident is not None and state.target is not None
-    hub = state.target.hub
     ident = state.ident
-    if hub.org_id == ident.org_id:
-        return rec._replace(surface="hub", hub_ref=hub.ref, hub_caller_org=ident.org_slug)
+    hub = state.target.hub_for(ident.org_id)
+    if hub is None:  # the org's own ref: one row, its own
+        return rec._replace(surface="hub", hub_ref=state.target.hub.ref, hub_caller_org=ident.org_slug)
     # a refusal's body is treg's answer to the caller (its own deny rule, its balance): not the publisher's
     # to read; the upstream's answer is
     publisher = rec._replace(org_id=hub.org_id, member_id=None, surface="hub", cost_micro=0, hold_state=None,
@@ -84,10 +79,11 @@ def scrub_error(state: "CallState", exc: TregError) -> None:
     values masked; a failure of the publisher's own setup (blame ``org_connection``, or its OAuth connection
     needing consent or a refresh) named by its code only, its ``connect_url`` and every other extra dropped."""
     ident, target = state.ident, state.target
-    if ident is None or not foreign(ident.org_id, target):
+    hub = target.hub_for(ident.org_id) if ident is not None and target is not None else None
+    if hub is None:
         return
     assert target is not None and target.tool is not None
-    hub, tool = target.hub, target.tool
+    tool = target.tool
     if exc.blame == "org_connection" or isinstance(exc, _PUBLISHERS_TO_FIX):
         exc.detail = (f"{hub.ref} cannot run: its publisher's setup failed ({exc.code}); the publishing org "
                       "sees the details in its audit")

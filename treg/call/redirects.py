@@ -176,7 +176,7 @@ def treg_location(svc: Services, ident: Identity, inp: CallInput, target: Resolv
     absolute = mask(resolved)
     url, hash_, fragment = absolute.partition("#")
     prefix = path_prefix(svc.settings)  # behind a reverse proxy, its path prefix (operability.md)
-    hub = _foreign_hub(ident, target)
+    hub = target.hub_for(ident.org_id) is not None
     if target.tool is not None and inp.surface != "redirect":
         # a hub call's caller may call the ref, never the publisher's tool by its own name
         named = _within_tool(target.tool, url, target.hub.ref if target.hub is not None else None)
@@ -199,7 +199,7 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
     kept: list[tuple[str, str]] = []
     ttl_s = svc.settings.redirect_ttl_s
     # a hub caller is not told where the publisher's API points (its base URL is the publisher's)
-    keep_upstream = not _foreign_hub(ident, target)
+    keep_upstream = target.hub_for(ident.org_id) is None
     for k, v in headers:
         keep = KEPT_AS.get(k.lower())
         if keep is None:
@@ -211,7 +211,3 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
         if keep_upstream:
             kept.append((keep, mask(v)))
     return out + kept
-
-
-def _foreign_hub(ident: Identity, target: ResolvedTarget) -> bool:
-    return target.hub is not None and target.hub.org_id != ident.org_id

@@ -135,6 +135,11 @@ class ResolvedTarget:
     def project_id(self) -> str | None:
         return self.tool.project_id if self.tool else self.scope_project_id
 
+    def hub_for(self, org_id: str) -> Any:
+        """The published tool when this is a hub call of another org's tool than ``org_id``'s (an org
+        calling its own ref calls its own tool: nothing of it is hidden, nothing charged), else None."""
+        return self.hub if self.hub is not None and self.hub.org_id != org_id else None
+
     @property
     def full_url(self) -> str:
         if not self.query:
