@@ -145,6 +145,12 @@ CREATE TRIGGER treg_test_fault BEFORE INSERT ON credit_grants FOR EACH ROW WHEN 
 """
 
 
+async def _rows(svc, call_id: str):
+    async with svc.db.tx() as tx:
+        return await tx.fetch_all("SELECT org_id, hold_state, cost_micro, hub_caller_org FROM calls WHERE id = %(c)s",
+                                  {"c": call_id})
+
+
 def _execute(dsn: str, sql: str) -> None:
     conn = psycopg2.connect(dsn)
     try:
@@ -182,6 +188,7 @@ async def test_kill_9_between_the_answer_and_the_close_moves_neither_orgs_money(
                 gate.open.set()
                 status, body, headers = await call
                 assert status == 200 and headers["X-Treg-Cost-Micro"] == str(PRICE)  # the answer left
+                killed = headers["X-Treg-Call-Id"]
                 await asyncio.sleep(0.5)  # the settler tried (and failed) meanwhile
                 assert _scalar(dsn, "SELECT state FROM holds WHERE id = %s", headers["X-Treg-Call-Id"]) == "held"
                 # two more calls of the tool (max_runs 2) in flight on the same process when it dies
@@ -213,6 +220,10 @@ async def test_kill_9_between_the_answer_and_the_close_moves_neither_orgs_money(
         # only B's call moved money: the killed process's holds released, its publisher credited nothing
         assert caller_books["settled"] == PRICE and publisher_books["granted"] == PRICE
         assert (await money.balance(svc, callr["org_id"])).balance_micro == CREDITS - PRICE
+        # the audit says so: the caller's row of the killed call charged nothing; the publisher's is untouched
+        rows = {r["org_id"]: r for r in await _rows(svc, killed)}
+        assert (rows[callr["org_id"]]["hold_state"], rows[callr["org_id"]]["cost_micro"]) == ("released", 0)
+        assert (rows[pub["org_id"]]["hold_state"], rows[pub["org_id"]]["hub_caller_org"]) == (None, "callr")
         earnings = _scalar(dsn, "SELECT count(*) FROM credit_grants WHERE kind = 'earning'")
         assert earnings == 1 and _scalar(dsn, "SELECT state FROM holds WHERE id = %s", second) == "settled"
     finally:

@@ -87,7 +87,7 @@ class PreparedRequest:
     #: the OAuth connections whose tokens were injected, as (id, token version): an upstream 401 marks
     #: exactly those tokens stale (docs/oauth.md)
     connections: tuple[tuple[str, int], ...] = ()
-    #: the org whose credentials were injected (a hub call's publisher; None: the caller's)
+    #: the org whose credentials were injected (a hub call's: the publisher's; None: the caller's)
     org_id: str | None = None
 
     def redactor(self) -> Redactor:
