@@ -62,3 +62,20 @@ async def test_publish_browse_and_unpublish_from_the_hub_page(aiohttp_client, ma
         assert page.seen_5xx == [] and other.seen_5xx == []
         await page.context.close()
         await other.context.close()
+
+
+async def test_both_orgs_see_the_call_on_its_page(aiohttp_client, make_app, browser):
+    async with hub_pair(aiohttp_client, make_app, price=250) as pair:
+        r = await pair.call("GET", "/x")
+        call_id = r.headers["X-Treg-Call-Id"]
+        await pair.row(pair.publisher, call_id)
+        for token, says in ((pair.publisher.org["token"], "pub.search, called by the org callr"),
+                            (pair.caller.org["token"], "pub.search")):
+            page = await logged_in(browser, f"http://127.0.0.1:{pair.client.port}", token)
+            await page.goto(f"/ui/activity/{call_id}")
+            await pw.expect(page.locator("dl.facts")).to_contain_text(f"Hub tool{says}")
+            content = await page.content()
+            assert leaks(content) == []
+            if token == pair.caller.org["token"]:
+                assert "called by" not in content and str(pair.upstream.port) not in content
+            await page.context.close()
