@@ -270,7 +270,8 @@ async def test_a_publishers_missing_secret_is_named_by_code_only(aiohttp_client,
     async with hub_pair(aiohttp_client, make_app) as pair:
         async with pair.services.db.tx() as tx:  # the secret gone under the tool (as a broken restore leaves it)
             await tx.execute("DELETE FROM secrets")
-            await tx.execute("SELECT pg_notify('treg_changes', %(p)s)", {"p": f"secrets:{pair.publisher.org['org_id']}"})
+            await tx.execute("SELECT pg_notify('treg_changes', %(p)s)",
+                             {"p": f"secrets:{pair.publisher.org['org_id']}"})
         await asyncio.sleep(0.3)
         r = await pair.call("GET", "/x")
         body = await r.json()

@@ -26,8 +26,8 @@ from treg.settings import Settings
 from treg.call import capacity_stage, overflow_stage, runtime as call_runtime
 from treg.money import reaper as money_reaper
 from treg.archive import store as archive_store
-from treg.oauth import runtime as oauth_runtime
 from treg.hub import runs as hub_runs
+from treg.oauth import runtime as oauth_runtime
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol

@@ -70,7 +70,8 @@ async def publish(svc: Services, ident: Identity, body: dict[str, Any]) -> dict[
     hub_id = new_id("hub")
     try:
         async with changes(svc, "hub", HUB_TAG) as tx:
-            found = await tx.scalar(select(tools.c.id).where(and_(tools.c.id == tool_id, tools.c.org_id == ident.org_id)))
+            found = await tx.scalar(select(tools.c.id).where(and_(tools.c.id == tool_id,
+                                                                  tools.c.org_id == ident.org_id)))
             if found is None:
                 raise NotFound(f"no tool {tool_id!r} in this org", code="tool_not_found")
             await tx.execute(insert(hub_tools).values(id=hub_id, org_id=ident.org_id, tool_id=tool_id, name=name,

@@ -20,11 +20,11 @@ from treg.catalog import search as catalog_search
 from treg.catalog.ladder import load_org_credentials
 from treg.context import Services
 from treg.errors import TregError
+from treg.hub import store as hub_store
+from treg.hub.model import HubTool
 from treg.ids import new_id
 from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
-from treg.hub import store as hub_store
-from treg.hub.model import HubTool
 from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
                             catalog_input, catalog_search_tool, hub_names, mcp_names, named_input, own_tool_input,
                             tool_list)

@@ -124,8 +124,9 @@ def _request_schema(where: str) -> dict[str, Any]:
 
 def hub_tool(name: str, hub: HubTool) -> dict[str, Any]:
     """Another org's published tool: its ref, its description and its price (never its base URL)."""
-    price = (f"costs {hub.price_micro} micro-USD (USD {hub.price_micro / 1_000_000:.6f}) per successful call, "
-             "charged to your org" if hub.price_micro else "free")
+    usd = f"{hub.price_micro // 1_000_000}.{hub.price_micro % 1_000_000:06d}"  # integers: no float near money
+    price = (f"costs {hub.price_micro} micro-USD (USD {usd}) per successful call, charged to your org"
+             if hub.price_micro else "free")
     return {
         "name": name,
         "title": f"{hub.ref} (hub)",
