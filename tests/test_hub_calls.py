@@ -332,3 +332,30 @@ async def test_a_publishers_connection_needing_consent_never_hands_the_caller_it
         mine = ConnectionNeedsReauth("needs consent", connect_url=link)
         hub_views.scrub_error(own, mine)
         assert mine.body()["connect_url"] == link
+
+
+async def test_a_compressed_answer_is_checked_decoded_and_one_treg_cannot_read_is_withheld(aiohttp_client,
+                                                                                          make_app):
+    import gzip
+
+    def answer(ex):
+        kind = ex.target.rsplit("/", 1)[-1]
+        if kind == "echo":  # the key inside a gzip body: it must be read decoded to be masked
+            body = gzip.compress(json.dumps({"auth": ex.header("authorization")}).encode())
+            return http_response(200, body, [("Content-Encoding", "gzip"), ("Content-Type", "application/json")])
+        if kind == "plain":  # nothing to mask: relayed as it came, coding and all
+            return http_response(200, gzip.compress(b'{"fine": true}'), [("Content-Encoding", "gzip")])
+        return http_response(200, b"\x00opaque", [("Content-Encoding", "x-secret-coding")])
+
+    async with hub_pair(aiohttp_client, make_app, answer, price=PRICE) as pair:
+        r = await pair.call("GET", "/echo", headers={"Accept-Encoding": "gzip"}, auto_decompress=False)
+        raw = await r.read()
+        assert r.status == 200 and "Content-Encoding" not in r.headers and leaks(raw) == []
+        assert json.loads(raw) == {"auth": "[REDACTED]"} and r.headers["Content-Length"] == str(len(raw))
+        r = await pair.call("GET", "/plain", headers={"Accept-Encoding": "gzip"}, auto_decompress=False)
+        assert r.headers["Content-Encoding"] == "gzip" and gzip.decompress(await r.read()) == b'{"fine": true}'
+        before = await _balances(pair)
+        r = await pair.call("GET", "/odd", headers={"Accept-Encoding": "x-secret-coding"})
+        body = await r.json()
+        assert r.status == 502 and body["error"] == "hub_answer_unreadable" and r.headers["X-Treg-Cost-Micro"] == "0"
+        assert await _balances(pair) == before
