@@ -318,10 +318,10 @@ async def test_a_publishers_connection_needing_consent_never_hands_the_caller_it
         inp = call_input(f"{pair.ref}/x", token=pair.caller.org["token"])
         state = CallState(inp)
         state.ident = await authentication.authenticate(svc, pair.caller.org["token"], None)
-        _, state.target = await resolve.resolve_target(svc, state.ident, inp)
+        state.target = await resolve.resolve_target(svc, state.ident, state)
         link = "http://127.0.0.1/oauth/connect/opaque-link-of-the-publisher"
         exc = ConnectionNeedsReauth(f"connection conn_1 of {pair.upstream.url} needs consent", connect_url=link)
-        hub_views.scrub_error(state, exc)
+        hub_views.scrub_error(exc, state.ident, state.target, state.masked)
         body = json.dumps(exc.body())
         assert link not in body and "connect_url" not in body and pair.upstream.url not in body
         assert exc.code == "connection_needs_reauth" and pair.ref in exc.detail
@@ -330,7 +330,7 @@ async def test_a_publishers_connection_needing_consent_never_hands_the_caller_it
         own.ident = await authentication.authenticate(svc, pair.publisher.org["token"], None)
         own.target = state.target
         mine = ConnectionNeedsReauth("needs consent", connect_url=link)
-        hub_views.scrub_error(own, mine)
+        hub_views.scrub_error(mine, own.ident, own.target, own.masked)
         assert mine.body()["connect_url"] == link
 
 

@@ -12,8 +12,7 @@ import time
 import aiohttp
 import psycopg2
 
-from treg import membership, money
-from treg.money import reaper
+from treg import membership, money, reaper
 from treg.testing import (Api, assert_clean_exits, check_books, http_response, open_services, raw_upstream,
                           serve_pair, stop_all, treg_env)
 from treg.testing.vendors.hub import SECRET, leaks

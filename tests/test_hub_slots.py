@@ -1,4 +1,4 @@
-"""The hub's slots in PostgreSQL (treg/hub/runs.py, ``treg_hub_take``): twenty takes of one publisher at the
+"""The hub's slots in PostgreSQL (treg/hub_runs.py, ``treg_hub_take``): twenty takes of one publisher at the
 same instant on twenty connections admit exactly the limit (the tool's own ``max_runs`` first, then the
 org's), an expired lease is free again, a renewed one is not, and a give-back frees its slot."""
 
@@ -11,9 +11,8 @@ import psycopg2
 import pytest
 
 from treg import membership
-from treg.hub.errors import HubBusy
 from treg.hub.model import HubTool
-from treg.hub.runs import HubRuns
+from treg.hub_runs import HubBusy, HubRuns
 
 TAKE = "SELECT refused FROM treg_hub_take(%s, %s, %s, 'org_caller', %s, %s, %s, %s)"
 

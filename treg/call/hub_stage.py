@@ -9,7 +9,7 @@ runs another org's published tool with that org's credentials.
   caller, and two orgs' labels must not collide there.
 * **authorize** (treg/call/authorize.py): both orgs' deny rules, no ACL of the publisher's.
 * **admit** (:func:`admit`, before any upstream I/O): a priced call's ``Idempotency-Key`` claimed (a
-  retry replays, not charged twice); the run's slot (treg/hub/runs.py: 429 ``hub_busy``, never queued);
+  retry replays, not charged twice); the run's slot (treg/hub_runs.py: 429 ``hub_busy``, never queued);
   the caller's hold for ``price_micro``, credited to the publisher when it settles (one statement:
   treg/money/holds.py). An org calling its own ref is not charged.
 * **relay**: the publisher's bindings, its secrets decrypted from its org's rows (:func:`secrets_org`),
@@ -27,22 +27,22 @@ runs another org's published tool with that org's credentials.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import AsyncIterator
 from urllib.parse import unquote, urlsplit
 
 from treg import idempotency, money
 from treg.call import encodings, evidence, headers as hdr, metered, redirects, reserve
-from treg.call.org_tools import cached_org_tools, org_tools
 from treg.call.record import finisher
 from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
-from treg.call.types import CallInput, ResolvedTarget, ToolRef
+from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.errors import GatewayFailed
 from treg.hub import store
 from treg.hub.model import HubTool
 from treg.identity import Identity
 from treg.infra.upstream import UpstreamResponse
+from treg.org_data import ToolRef, cached_org_tools, org_tools
+from treg.redaction import Redactor
 
 #: headers of the publisher's answer a caller of another org never gets: the cookies of its account
 _DROPPED = frozenset({"set-cookie", "set-cookie2", "content-length"})
@@ -83,7 +83,8 @@ async def admit(svc: Services, state: CallState) -> CallOutcome | None:
     hub = target.hub
     charged = hub.price_micro > 0 and target.hub_for(ident.org_id) is not None  # its own ref: never charged
     if charged and inp.idempotency_key:
-        if await reserve.claim_key(svc, state, hub.ref, await reserve.keyed_body(svc, state)):
+        body = await state.read_body(svc.settings.json_body_max_bytes) or b""  # the digest hashes it
+        if await reserve.claim_key(svc, state, hub.ref, body):
             return reserve.replay_outcome(svc, state)
     await svc.hub.take(svc, inp.call_id, hub, ident.org_id)  # given back by the outcome's finish or the exit
     if charged:
@@ -117,14 +118,11 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
         data, relayed = _checked(state, resp, data, relayed)
     if "location" in resp.index or "content-location" in resp.index:
         relayed = redirects.rewrite_locations(svc, ident, state.inp, target, relayed, state.masked)
-    if state.claim is not None:
-        # stored before the hold closes, as a metered answer is: a crash between leaves an open hold
-        # the reaper releases, never a charge a retry would pay again
-        await idempotency.complete(svc, state.claim, resp.status, relayed, data)
-        state.claim = None
+    # stored before the hold closes, as a metered answer is: a crash between leaves an open hold the
+    # reaper releases, never a charge a retry would pay again
+    await state.store_for_replay(svc, resp.status, relayed, data)
     await state.close_money(svc, settle_micro=hub.price_micro if ok else None)
-    out = relayed + [("Content-Length", str(len(data))), ("X-Treg-Credential-Tier", "hub"),
-                     ("X-Treg-Cost-Micro", str(state.cost_micro))]
+    out = [*relayed, ("Content-Length", str(len(data))), *state.catalog_headers(state.cost_micro)]
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
     record_answer = finisher(svc, state, resp, err_head)
 
@@ -134,14 +132,7 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
         finally:
             svc.hub.release(svc, state.inp.call_id)  # the answer finished streaming: the slot is free
 
-    async def body() -> AsyncIterator[bytes]:
-        if data:
-            yield data
-
-    names = {k.lower() for k, _ in relayed}
-    return CallOutcome(status=resp.status, reason=resp.reason, headers=out, body=body(), close=lambda: None,
-                       finish=finish, content_length=len(data), has_content_type="content-type" in names,
-                       has_server="server" in names, raw_headers=resp.raw_headers)
+    return CallOutcome.whole_answer(resp.status, out, data, finish, reason=resp.reason, raw_headers=resp.raw_headers)
 
 
 def _checked(state: CallState, resp: UpstreamResponse, data: bytes,
@@ -153,7 +144,7 @@ def _checked(state: CallState, resp: UpstreamResponse, data: bytes,
     relayed = [(k, v) for k, v in relayed if k.lower() not in _DROPPED]
     if not values:
         return data, relayed
-    redactor = evidence.Redactor.for_values(values) if values != state.secret_values else state.redactor
+    redactor = Redactor.for_values(values) if values != state.secret_values else state.redactor
     relayed = [(k, redactor.text(v)) for k, v in relayed]
     applied = encodings.codings(resp.headers)
     plain = encodings.decode(data, applied, metered.EVIDENCE_DECODED_MAX) if applied and data else data

@@ -24,15 +24,15 @@ consent, whose link is the publisher's) says only that.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from treg.call import evidence, headers as hdr
-from treg.call.types import CallRecord
+from treg.call.types import CallInput, ResolvedTarget
+from treg.call_record import CallRecord
 from treg.errors import TregError
+from treg.identity import Identity
 from treg.oauth.errors import ConnectionNeedsReauth, OAuthRefreshFailed
-
-if TYPE_CHECKING:
-    from treg.call.state import CallState
+from treg.redaction import Redactor
 
 #: refusals about the publisher's credential the caller cannot act on, whatever their blame: a connection
 #: needing a person to consent again carries the publisher's consent link, never a stranger's to open
@@ -41,31 +41,32 @@ _PUBLISHERS_TO_FIX = (ConnectionNeedsReauth, OAuthRefreshFailed)
 _PUBLISHERS = frozenset({"location", "content-location", "set-cookie", "set-cookie2"})
 
 
-def rows(state: "CallState", rec: CallRecord) -> CallRecord:
-    """The caller's row of a hub call, with the publishing org's row as its ``hub_twin``."""
-    assert state.ident is not None and state.target is not None
-    ident = state.ident
-    hub = state.target.hub_for(ident.org_id)
+def audit_rows(rec: CallRecord, ident: Identity, target: ResolvedTarget, sent: Callable[[], dict[str, Any]], *,
+               answered: bool) -> CallRecord:
+    """The caller's row of a hub call, with the publishing org's row as its ``hub_twin`` (built from the
+    call's parts, not its state: ``CallState.record`` calls this). ``sent``: the evidence of what the caller
+    sent (:func:`sent`), built only for a row that keeps evidence; ``answered``: the publisher's upstream
+    answered (its answer is the publisher's to read, a refusal of treg's is not)."""
+    hub = target.hub_for(ident.org_id)
     if hub is None:  # the org's own ref: one row, its own
-        return rec._replace(surface="hub", hub_ref=state.target.hub.ref, hub_caller_org=ident.org_slug)
+        return rec._replace(surface="hub", hub_ref=target.hub.ref, hub_caller_org=ident.org_slug)
     # a refusal's body is treg's answer to the caller (its own deny rule, its balance): not the publisher's
     # to read; the upstream's answer is
     publisher = rec._replace(org_id=hub.org_id, member_id=None, surface="hub", cost_micro=0, hold_state=None,
                              tag=None, hub_ref=hub.ref, hub_caller_org=ident.org_slug,
-                             error_response=rec.error_response if state.resp is not None else None)
+                             error_response=rec.error_response if answered else None)
     return rec._replace(surface="hub", upstream_url=None, tool_id=hub.id, tool_name=hub.ref, provider=None,
                         credential_kind=None, connection_id=None, hub_ref=hub.ref,
-                        error_request=_sent(state) if rec.error_request is not None else None,
+                        error_request=sent() if rec.error_request is not None else None,
                         error_response=_got(rec.error_response), hub_twin=publisher)
 
 
-def _sent(state: "CallState") -> dict[str, Any]:
+def sent(inp: CallInput, redactor: Redactor) -> dict[str, Any]:
     """The request as the caller sent it (to treg), redacted."""
-    inp = state.inp
     body = inp.body if isinstance(inp.body, bytes) else None
     url = "/call/" + inp.rest + ("?" + inp.raw_query if inp.raw_query else "")
     return evidence.request_evidence(inp.method, url, hdr.request_headers(inp.headers), body, body is not None,
-                                     state.redactor)
+                                     redactor)
 
 
 def _got(answer: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -74,11 +75,11 @@ def _got(answer: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**answer, "headers": [h for h in answer["headers"] if h[0].lower() not in _PUBLISHERS]}
 
 
-def scrub_error(state: "CallState", exc: TregError) -> None:
+def scrub_error(exc: TregError, ident: Identity | None, target: ResolvedTarget | None,
+                masked: Callable[[str], str]) -> None:
     """``exc`` as a hub caller may read it: the publisher's host and base URL replaced by the ref, injected
     values masked; a failure of the publisher's own setup (blame ``org_connection``, or its OAuth connection
     needing consent or a refresh) named by its code only, its ``connect_url`` and every other extra dropped."""
-    ident, target = state.ident, state.target
     hub = target.hub_for(ident.org_id) if ident is not None and target is not None else None
     if hub is None:
         return
@@ -99,7 +100,7 @@ def scrub_error(state: "CallState", exc: TregError) -> None:
                        reverse=True)
 
     def clean(text: str) -> str:
-        text = state.masked(text)
+        text = masked(text)
         for s in spellings:
             text = text.replace(s, hub.ref)
         return text

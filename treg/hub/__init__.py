@@ -3,11 +3,12 @@ treg can call it as ``/call/<org-slug>.<name>/…`` without ever seeing its cred
 
 * :mod:`treg.hub.model` — the published tool as the pipeline reads it (:class:`HubTool`), names and refs;
 * :mod:`treg.hub.store` — publish, list, unpublish (the management functions the API, the dashboard and
-  MCP share) and the index of refs the resolver reads (cached, invalidated by LISTEN/NOTIFY);
-* :mod:`treg.hub.runs` — the runs' slots in PostgreSQL: at most ``TREG_HUB_MAX_RUNS_PER_TEAM`` runs of
-  one publishing org and ``max_runs`` of one tool across every process, leased so a dead process frees
-  its slots;
-* :mod:`treg.hub.errors` — ``hub_busy`` and the hub's other refusals.
+  MCP share) and the index of refs the resolver reads (cached, invalidated by LISTEN/NOTIFY).
 
-The call pipeline's half is ``treg/call/hub_stage.py``.
+The runs' slots in PostgreSQL (at most ``TREG_HUB_MAX_RUNS_PER_TEAM`` runs of one publishing org and
+``max_runs`` of one tool across every process, leased so a dead process frees its slots) and ``hub_busy``
+are ``treg/hub_runs.py``: a field of the services, it sits below them (docs/architecture.md "Layers").
+The hub's other refusals are the usual classes with codes of their own.
+
+The call pipeline's half is ``treg/call/hub_stage.py`` and ``treg/call/hub_views.py``.
 """

@@ -14,10 +14,8 @@ from typing import Any
 
 from treg.call import service
 from treg.call.drain import Sink, drain
-from treg.call.resolve import org_tools, usable
 from treg.call.service import CallOutcome
 from treg.catalog import search as catalog_search
-from treg.catalog.ladder import load_org_credentials
 from treg.context import Services
 from treg.errors import TregError
 from treg.hub import store as hub_store
@@ -25,6 +23,7 @@ from treg.hub.model import HubTool
 from treg.ids import new_id
 from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
+from treg.org_data import load_org_credentials, org_tools, usable
 from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
                             catalog_input, catalog_search_tool, hub_names, mcp_names, named_input, own_tool_input,
                             tool_list)

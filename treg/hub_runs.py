@@ -12,22 +12,21 @@ process that holds it renews every slot of its running calls in one statement ev
 (:func:`setup`'s loop). A process that dies (kill -9) renews nothing, and its slots are free again
 within the lease; a call that outlives a lease keeps its slot because it is renewed, not because the
 lease is long.
+
+A field of the services (``Services.hub``), so it sits below them, beside the other parts a process
+holds (as ``treg/oauth_runtime.py`` does); it knows a published tool only by the parts a slot reads
+(:class:`Slotted`, a ``treg.hub.model.HubTool``). The rest of the hub is ``treg/hub/``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from treg import periodic
 from treg.errors import TregError
-from treg.hub.errors import HubBusy
-from treg.hub.model import HubTool
 from treg.ids import new_id
-
-if TYPE_CHECKING:
-    from treg.context import Services
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +40,33 @@ RETRY_AFTER_S = 1
 RELEASE_ATTEMPTS = 3
 
 
+class HubBusy(TregError):
+    """429: the publishing org (or the tool) runs as many hub calls as it may; never queued
+    (docs/errors.md "Hub")."""
+
+    status, code, blame = 429, "hub_busy", "caller"
+
+    def __init__(self, detail: str, *, active: int, limit: int, retry_after_s: int, **extra: Any) -> None:
+        super().__init__(detail, refused_by="hub", headers={"Retry-After": str(retry_after_s)}, active=active,
+                         limit=limit, retry_after_s=retry_after_s, **extra)
+
+
+class Slotted(Protocol):
+    """What a slot reads of a published tool (``treg.hub.model.HubTool``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def org_id(self) -> str: ...
+
+    @property
+    def max_runs(self) -> int | None: ...
+
+    @property
+    def ref(self) -> str: ...
+
+
 class HubRuns:
     """This process's hub runs: its holder name, the slots it holds, the give-backs in flight."""
 
@@ -50,7 +76,7 @@ class HubRuns:
         self.live: set[str] = set()
         self._releasing: set[asyncio.Task[None]] = set()
 
-    async def take(self, svc: "Services", run_id: str, tool: HubTool, caller_org_id: str) -> None:
+    async def take(self, svc: Any, run_id: str, tool: Slotted, caller_org_id: str) -> None:
         """Take a slot for call ``run_id`` of ``tool``, or raise :class:`HubBusy` (nothing taken)."""
         if self._releasing:
             # this process's own finished runs count as free: their DELETEs land first
@@ -65,7 +91,7 @@ class HubRuns:
                           "(hub calls are never queued)", active=active, limit=limit, retry_after_s=RETRY_AFTER_S)
         self.live.add(run_id)
 
-    def release(self, svc: "Services", run_id: str) -> None:
+    def release(self, svc: Any, run_id: str) -> None:
         """Give the slot of ``run_id`` back, off the caller's path (safe to call twice, or for a run that
         took none)."""
         if run_id not in self.live:
@@ -75,7 +101,7 @@ class HubRuns:
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
-    async def _release(self, svc: "Services", run_id: str) -> None:
+    async def _release(self, svc: Any, run_id: str) -> None:
         for attempt in range(1, RELEASE_ATTEMPTS + 1):
             try:
                 await svc.db.run(RELEASE_SQL, {"run": run_id}, path="hub")
@@ -87,7 +113,7 @@ class HubRuns:
                     return
                 await asyncio.sleep(0.05 * attempt)
 
-    async def renew(self, svc: "Services") -> None:
+    async def renew(self, svc: Any) -> None:
         """Extend the lease of every slot this process holds (one statement; nothing when it holds none)."""
         if self.live:
             await svc.db.run(RENEW_SQL, {"lease": float(svc.settings.hub_lease_s), "ids": sorted(self.live)},
@@ -99,7 +125,7 @@ class HubRuns:
             await asyncio.gather(*list(self._releasing), return_exceptions=True)
 
 
-async def setup(app: Any, svc: "Services") -> Callable[[], Awaitable[None]]:
+async def setup(app: Any, svc: Any) -> Callable[[], Awaitable[None]]:
     """Component (treg.app.COMPONENTS): this process's runs, their leases renewed until shutdown, the last
     give-backs written before the database closes."""
     runs = svc.hub
