@@ -19,14 +19,16 @@ import textwrap
 import pytest
 
 import treg.call
-from treg.call import archive, capacity_stage, jobs, overflow_stage, relay, reserve, resources, service, settle
+from treg.call import (archive, capacity_stage, hub_stage, hub_views, jobs, overflow_stage, relay, reserve, resources,
+                       service, settle)
 from treg.call.state import CallState
 
 #: a row of the table → where its names live
 FEATURES = {"owned resources": (resources,), "async jobs": (jobs,), "capacity": (capacity_stage,),
-            "overflow": (overflow_stage,), "archive": (archive,), "money": (reserve, settle, CallState)}
+            "overflow": (overflow_stage,), "archive": (archive,), "money": (reserve, settle, CallState),
+            "hub": (hub_stage, hub_views)}
 MODULES = {resources: "owned resources", jobs: "async jobs", capacity_stage: "capacity",
-           overflow_stage: "overflow", archive: "archive"}
+           overflow_stage: "overflow", archive: "archive", hub_stage: "hub", hub_views: "hub"}
 
 
 def table() -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -54,7 +56,7 @@ def table() -> tuple[list[str], dict[str, dict[str, str]]]:
 
 
 #: the parts whose name is one word (every other word of a cell without an underscore is prose)
-ONE_WORD = ("guard", "lookup", "send", "observe", "deferred")
+ONE_WORD = ("guard", "lookup", "send", "observe", "deferred", "admit", "answer")
 
 
 def named(cell: str) -> list[tuple[int | None, str]]:
@@ -66,7 +68,8 @@ def named(cell: str) -> list[tuple[int | None, str]]:
 #: how the stages call a feature's part: ``module.part(...)``, ``state.part(...)`` (money's, on the call's
 #: state) or one of settle's own helpers, which stands for the part it runs
 ALIASES = {"resources": "owned resources", "jobs": "async jobs", "capacity_stage": "capacity",
-           "overflow_stage": "overflow", "archive": "archive", "state": "money", "reserve": "money"}
+           "overflow_stage": "overflow", "archive": "archive", "state": "money", "reserve": "money",
+           "hub_stage": "hub", "hub_views": "hub"}
 HELPERS = {"_overflow": ("overflow", "after_direct"), "_close_hold": ("money", "close_hold")}
 
 

@@ -26,11 +26,11 @@ from treg.settings import Settings
 from treg.call import capacity_stage, overflow_stage, runtime as call_runtime
 from treg import reaper
 from treg.archive import store as archive_store
-from treg import oauth_runtime
+from treg import hub_runs, oauth_runtime
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
-from treg.web import oauth_api, oauth_pages, resources_api
+from treg.web import hub_api, oauth_api, oauth_pages, resources_api
 from treg.web.access_log import AccessLogger, AccessSink
 
 log = logging.getLogger("treg")
@@ -38,7 +38,8 @@ log = logging.getLogger("treg")
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
 COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, reaper.setup,
-                               tool_urls.setup, archive_store.setup, overflow_stage.setup, oauth_runtime.setup)
+                               tool_urls.setup, archive_store.setup, overflow_stage.setup, oauth_runtime.setup,
+                               hub_runs.setup)
 
 
 def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Iterable[Any] = ()) -> web.Application:
@@ -95,6 +96,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     errors.add_routes(app, resources_api.routes)
     errors.add_routes(app, index_routes.routes)
     errors.add_routes(app, oauth_api.routes)
+    errors.add_routes(app, hub_api.routes)
     app.router.add_routes(oauth_pages.routes)  # the consent pages render their own refusals as pages
     app.router.add_routes(call_routes.routes)  # the call surfaces render their own failures
     app.router.add_routes(mcp_routes.routes)  # so do the MCP endpoints (as JSON-RPC where clients read it)

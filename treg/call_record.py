@@ -56,6 +56,9 @@ class CallRecord(NamedTuple):
     #: the connection (docs/oauth.md)
     credential_kind: str | None = None
     connection_id: str | None = None
+    #: a hub call: the ref called, on both orgs' rows; on the publishing org's row the caller's org slug
+    hub_ref: str | None = None
+    hub_caller_org: str | None = None
     # -- the ``tool_called`` event's own fields, after every column: not stored (the audit writer sends
     # only the fields up to the last column, treg/call/audit.py)
     #: the caller's User-Agent (cut to USER_AGENT_MAX characters): which client or SDK calls
@@ -68,6 +71,9 @@ class CallRecord(NamedTuple):
     result_reason: str | None = None
     #: the archive's admission decision on a fresh answer (treg/call/archive.py ``ADMISSIONS``)
     cache_admission: str | None = None
+    #: a hub call of another org's tool: the publishing org's row of the same call (queued beside this
+    #: one, treg/call/hub_views.py); None otherwise
+    hub_twin: "CallRecord | None" = None
 
 
 #: the longest User-Agent an event carries (a header may be kilobytes long; what identifies a client

@@ -35,7 +35,8 @@ DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.ups
                                  calls.c.blame, HOLD_STATE, calls.c.tag, calls.c.request_bytes,
                                  calls.c.response_bytes, calls.c.ttfb_ms, calls.c.failure_kind,
                                  calls.c.parent_call_id, calls.c.result_state, calls.c.cache_state,
-                                 calls.c.credential_kind, calls.c.connection_id)
+                                 calls.c.credential_kind, calls.c.connection_id, calls.c.hub_ref,
+                                 calls.c.hub_caller_org)
 MAX_LIMIT = 500
 #: ``?kind=``: an async job's calls (docs/lifecycle.md); polls are listed only when asked for by kind
 KINDS = ("async_submit", "async_poll", "async_fetch")

@@ -26,6 +26,7 @@ from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
+from treg.hub_runs import HubRuns
 from treg.oauth_runtime import OAuthRuntime
 from treg.overflow.aggregator import Aggregator
 from treg.plugins import PluginHost
@@ -132,3 +133,5 @@ class Services:
     #: OAuth connections' token endpoints (their session, this process's refreshes in flight:
     #: treg/oauth_runtime.py); the null session until the app opens it
     oauth: OAuthRuntime = field(default_factory=OAuthRuntime)
+    #: the hub calls this process runs: their slots' leases (treg/hub_runs.py, renewed by its component)
+    hub: HubRuns = field(default_factory=HubRuns)

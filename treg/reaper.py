@@ -36,7 +36,10 @@ BATCH = 200
 MAX_BATCHES = 50  # at most 10 000 holds a run; the next run continues
 #: the advisory lock of the sweep (a bigint; advisory locks are per database): ASCII "tregreap"
 LOCK_KEY = 0x7472656772656170
-_RELEASED_ROWS_SQL = "UPDATE calls SET hold_state = 'released', cost_micro = 0 WHERE id = ANY(%(ids)s)"
+#: the row of the org that held (a hub call has a second row, the publisher's, under the same id: its
+#: cost was never the hold's)
+_RELEASED_ROWS_SQL = ("UPDATE calls SET hold_state = 'released', cost_micro = 0 "
+                      "WHERE (id, org_id) IN (SELECT * FROM unnest(%(ids)s::text[], %(orgs)s::text[]))")
 
 
 async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
@@ -66,7 +69,8 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
             # the audit rows written when the answers left say what the caller was told; a hold the
             # reaper released charged nothing, and the list and the detail must say so too
             async with svc.db.tx() as tx:
-                await tx.execute(_RELEASED_ROWS_SQL, {"ids": [c.call_id for c in closed]})
+                await tx.execute(_RELEASED_ROWS_SQL, {"ids": [c.call_id for c in closed],
+                                                      "orgs": [c.org_id for c in closed]})
     if released:
         log.warning("reaper released %d orphaned hold(s)", released)
     # an async job's hold is released like any other when nobody polled it in time: the job says so too

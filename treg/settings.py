@@ -226,6 +226,14 @@ class Settings:
     archive_prune_interval_s: float = _setting(
         "TREG_ARCHIVE_PRUNE_INTERVAL_S", 300.0, "seconds between sweeps deleting expired archive entries (bounded "
         "batches); 0: only at startup", "float")
+    # -- hub tools (docs/sharing.md "Hub") -----------------------------------------------------------
+    hub_max_runs_per_team: int = _setting(
+        "TREG_HUB_MAX_RUNS_PER_TEAM", 4, "most hub calls of one publishing org's tools running at once, across every "
+        "process; one more is 429 `hub_busy` (never queued)", "int")
+    hub_lease_s: float = _setting(
+        "TREG_HUB_LEASE_S", 30.0, "a hub call's slot is a PostgreSQL lease of this many seconds, renewed by its "
+        "process every third of it while the call runs: the slots of a process that died are free again within "
+        "it", "float")
     #: ``TREG_PLATFORM_*`` values (platform keys and platform-setting bindings), by upper-case name.
     platform: Mapping[str, SecretStr] = field(default_factory=dict, metadata={"env": "TREG_PLATFORM_*", "kind": "platform",
         "help": "treg's own credentials: `TREG_PLATFORM_KEY_<PROVIDER>` (tier 4) and values platform-setting "

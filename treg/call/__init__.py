@@ -5,8 +5,8 @@
 1. ``intake.py`` — the control headers, the caller identified (identity before work), then the body
    the edge left pending (the aiohttp half is ``treg/web/call.py``).
 2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``; the
-   org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``) or a sealed
-   redirect (``redirects.py``).
+   org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``), another org's
+   published hub tool (``hub_stage.py``) or a sealed redirect (``redirects.py``).
 3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes, then the
    member's call cap (``call_caps.py``: every call that passes counts, any tier, own tools too; a call
    refused later gives its count back in 7's exit); then, on a catalog call, the features' gates (the
@@ -29,13 +29,16 @@ default, before any hold (``catalog_stage.with_defaults``: the request as sent f
 A routed ``treg.<capability>`` leaves after 2 (counted once against the member's call cap): ``routed.py`` runs its children through this list, one
 child call each, and closes the holds their settle stages left open.
 
-**The catalog's features, by stage.** Five features of catalog calls act in some of the stages: each
+**The catalog's features, by stage.** Five features of catalog calls, and the hub (a call of a tool
+another org published, which is no catalog call but has parts in the same stages), act in some of the
+stages: each
 part is one function of the feature's own module, called with one line from its stage, and its number
 is its place in that stage: "after 3" is ``service.execute``'s gates between authorize and reserve, "4
 reserve" the reserve stage's (the claim, the overflow and the hold are ``reserve.reserve``'s, the
 archive's lookup ``execute``'s next line), "6 settle" the settle stage's metered answer
 (``settle._metered_outcome``; ``read_whole`` decides it is one). An own tool's call runs none of them:
-``execute`` and ``settle`` ask once whether the target is a catalog endpoint. Money's parts are in the
+``execute`` and ``settle`` ask once whether the target is a catalog endpoint (and, when it is not,
+whether it is a hub call). Money's parts are in the
 table because the others are ordered around them (an answer is stored for a replay before its hold is
 settled; the breaker is told once the hold is closed). tests/test_call_features.py holds this table
 against the code.
@@ -56,6 +59,8 @@ archive                          4 lookup                            6 observe, 
                                                                      read_for_archive
 money                            1 claim_key,                        4 store_for_replay,  close_money,
                                  3 place_hold                        5 close_hold         claim let go
+hub                              admit: claim,        secrets_org    answer: read whole,  scrub_error;
+                                 slot, hold                          masked, settled      audit_rows
 ===============  ==============  ===================  =============  ===================  =============
 
 * **owned resources** (``resources.py``; its rows ``treg/owned_resources.py``, its row descriptor
@@ -78,6 +83,20 @@ money                            1 claim_key,                        4 store_for
 * **archive** (``archive.py``; ``treg/archive/store.py``, ``treg/catalog/archive_policy.py``): after every
   gate and the hold, a stored answer is served without the vendor; a fresh 2xx is classified and stored
   (``observe`` for a metered answer, ``read_for_archive`` for a streamed one).
+
+* **hub** (``hub_stage.py``, ``hub_views.py``; its published tools ``treg/hub/``, its slots
+  ``treg/hub_runs.py``): a named miss of the org's tools and of the catalog that is a ref
+  ``<org-slug>.<name>`` resolves, on a top-level call only, to the publisher's tool
+  (``resolve.named_miss``, in 2), authorized under both orgs' deny rules and no ACL of the publisher's
+  (``authorize.py``, 3); instead of the catalog's gates and reserve, ``admit`` claims its
+  ``Idempotency-Key`` (priced calls), takes its run's slot (429 ``hub_busy``, never queued) and places the
+  caller's hold, credited to the publisher when it settles (one statement, docs/money.md "Hub calls");
+  the relay injects the publisher's credentials (``secrets_org``); instead of the metered or streamed
+  answer, ``answer`` reads it whole, masks the publisher's values, stores it for a replay, then settles
+  or releases the hold (``CallState.close_money``); the exit scrubs the publisher's setup from a
+  refusal (``scrub_error``) and gives the slot back, and every row is written once in each org
+  (``audit_rows``, from ``CallState.record``). Its answers carry ``CallState.catalog_headers``' tier
+  (``hub``) and cost.
 
 Every answer of a catalog call carries ``CallState.catalog_headers`` (tier, cost, the archive's
 ``X-Treg-Cache``, the capacity headers); an answer treg has whole (a replay, an archive hit, an overflow's

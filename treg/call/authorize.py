@@ -30,31 +30,62 @@ from treg.org_data import org_deny_rules, usable
 
 async def authorize(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> CallInput:
     """The call's input, its body read into memory when a deny rule needed to see it. ``inp.headers``
-    are the caller's: a method-override header among them counts as the method."""
-    if target.tool is not None and not usable(ident, target.tool):
+    are the caller's: a method-override header among them counts as the method.
+
+    A hub call of another org's tool (docs/sharing.md "Hub") has no ACL of the publisher's to pass (the
+    publication is the permission) and runs under both orgs' deny rules: the caller's (matched against
+    where the call goes and against the ref, as if it were a host) and the publisher's (as for a call
+    of its tool by nobody of its members); neither refusal tells the caller where the call goes."""
+    hub = target.hub_for(ident.org_id)
+    if target.tool is not None and hub is None and not usable(ident, target.tool):
         raise Forbidden(f"you may not use the tool {target.tool.name!r} (project scope or allowed members)",
                         code="tool_forbidden", refused_by="acl")
-    rules = await org_deny_rules(svc, ident.org_id)
+    if hub is None:
+        return await _deny(svc, ident.org_id, ident.member_id, target.project_id, inp, target)
+    inp = await _deny(svc, ident.org_id, ident.member_id, None, inp, target, shown=hub.ref)
+    inp = await _deny(svc, ident.org_id, ident.member_id, None, inp, target, shown=hub.ref, as_ref=hub.ref)
+    return await _deny(svc, hub.org_id, "", target.project_id, inp, target, shown=hub.ref, publisher=True)
+
+
+async def _deny(svc: Services, org_id: str, member_id: str, project_id: str | None, inp: CallInput,
+                target: ResolvedTarget, *, shown: str | None = None, as_ref: str | None = None,
+                publisher: bool = False) -> CallInput:
+    """``org_id``'s deny rules on the call (``as_ref``: on ``https://<ref>/<path>`` instead of the
+    upstream URL); ``shown``: the host a refusal names instead of the real one."""
+    rules = await org_deny_rules(svc, org_id)
     if not rules:
         return inp
     parts = urlsplit(target.upstream_url)
     host = parts.netloc.rpartition("@")[2]
-    scheme, path, project_id = parts.scheme.lower(), parts.path or "/", target.project_id
+    scheme, path = parts.scheme.lower(), parts.path or "/"
+    if as_ref is not None:
+        scheme, host, path = "https", as_ref, "/" + inp.rest.partition("/")[2]
     # the raw path: first_match canonicalises it (and the rule's) every way the upstream may read it
-    rule = first_match(rules, scheme=scheme, host=host, path=path, method=inp.method, member_id=ident.member_id,
+    rule = first_match(rules, scheme=scheme, host=host, path=path, method=inp.method, member_id=member_id,
                        project_id=project_id, headers=inp.headers, query=target.query)
     if rule is None and inp.body is not None and body_methods.kinds(inp.headers):
         pending = rule_needing_the_body(rules, scheme=scheme, host=host, path=path, method=inp.method,
-                                        member_id=ident.member_id, project_id=project_id, headers=inp.headers,
+                                        member_id=member_id, project_id=project_id, headers=inp.headers,
                                         query=target.query)
         if pending is not None:
-            inp, found = await _body_methods(svc, inp, host, pending)
+            try:
+                inp, found = await _body_methods(svc, inp, shown or host, pending)
+            except Forbidden:
+                if publisher:  # its rules are not the caller's to read
+                    raise _publisher_denied(inp.method, shown or host, "deny_body_uninspectable") from None
+                raise
             rule = first_match(rules, scheme=scheme, host=host, path=path, method=inp.method,
-                               member_id=ident.member_id, project_id=project_id, headers=inp.headers,
+                               member_id=member_id, project_id=project_id, headers=inp.headers,
                                query=target.query, body_methods=found)
     if rule is not None:
-        raise _denied(rule, inp.method, host)
+        if publisher:
+            raise _publisher_denied(inp.method, shown or host, "denied_by_rule")
+        raise _denied(rule, inp.method, shown or host)
     return inp
+
+
+def _publisher_denied(method: str, ref: str, code: str) -> Forbidden:
+    return Forbidden(f"a deny rule of the org publishing {ref} blocks {method} on it", code=code, refused_by="deny")
 
 
 def _denied(rule: DenyRule, method: str, host: str) -> Forbidden:

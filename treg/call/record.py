@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 from treg import idempotency
-from treg.call import call_caps, evidence
+from treg.call import call_caps, evidence, hub_views
 from treg.call.state import CallState, Finish
 from treg.call_record import CallRecord
 from treg.context import Services
@@ -29,6 +29,8 @@ def audit(svc: Services, rec: CallRecord, *, event: bool = True) -> None:
     if there are any. ``event`` False: a row of a call whose one event another row carries (an
     overflowed call's direct attempt, treg/call/overflow_stage.py)."""
     svc.audit.record(rec)
+    if rec.hub_twin is not None:  # a hub call of another org's tool: the publishing org's row too
+        svc.audit.record(rec.hub_twin)
     svc.metrics.observe_call(rec)
     if not event or not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
@@ -69,6 +71,8 @@ def _failure_record(state: CallState, exc: TregError, failure_kind: str | None =
 async def _unwind(svc: Services, state: CallState) -> None:
     """Release the hold, give the label back (shielded from cancellation: a cancelled call must still
     close its money; the reaper is the last resort)."""
+    svc.hub.release(svc, state.inp.call_id)  # a hub call's slot (none taken: nothing to give back)
+
     async def work() -> None:
         try:
             try:
@@ -90,6 +94,8 @@ async def exit_call(svc: Services, state: CallState, exc: BaseException) -> None
     resp = state.resp
     if resp is not None:
         resp.close()  # once: CloseOnce ignores a repeat
+    if isinstance(exc, TregError):  # a hub caller never reads the publisher's setup in a refusal
+        hub_views.scrub_error(exc, state.ident, state.target, state.masked)
     try:
         await _unwind(svc, state)
         await call_caps.give_back(svc, state, exc)  # a refused call does not count against the member's cap

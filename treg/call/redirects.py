@@ -5,7 +5,8 @@ included (requests, httpx and so the OpenAI and Anthropic SDKs strip only ``Auth
 change). So no ``Location`` or ``Content-Location`` leaves treg pointing at an upstream:
 
 * into the same tool's base URL → the equivalent treg URL, ``/call/<tool>/…`` (or the passthrough
-  form ``/call/https://host/…`` when the caller used it): a normal call, credential injected;
+  form ``/call/https://host/…`` when the caller used it; a hub call's ``/call/<ref>/…``, the one name
+  its caller can call the publisher's tool by): a normal call, credential injected;
 * anywhere else (a relative value resolved against the upstream URL first) → ``/redirect/<opaque>``,
   which relays to that URL with no credential at all (:func:`redirect_target`).
 
@@ -17,8 +18,9 @@ A value is rewritten only when treg reads it exactly as every client would (:mod
 an allow-list); any other value (another scheme, a user-info part, a spelling such as
 ``http://x[@evil/`` or ``http:////evil`` that httpx, curl, requests or urllib read as a URL on another
 host) is dropped: the answer goes out without that header, the upstream's value kept (masked) in
-``X-Treg-Upstream-Location``, which no client follows. Nothing the upstream wrote is ever relayed as a
-``Location`` as it was.
+``X-Treg-Upstream-Location``, which no client follows (not for a hub call of another org's tool: that
+value would name the publisher's API). Nothing the upstream wrote is ever relayed as a ``Location`` as
+it was.
 
 The opaque value is self-contained, so any treg process holding the master key serves it: AES-256-GCM
 under a key derived from the master key for this purpose only (HKDF-SHA256, info ``treg-redirect``),
@@ -135,9 +137,10 @@ def redirect_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[Cal
                                provider=urlsplit(url).hostname, scope_project_id=grant.project_id)
 
 
-def _within_tool(tool: ToolRef, url: str) -> str | None:
-    """``url`` as a named call to ``tool`` (``/call/<tool>/…``) when it lies inside the tool's base URL
-    (same scheme, host and port, path prefix on a segment boundary), else None."""
+def _within_tool(tool: ToolRef, url: str, name: str | None = None) -> str | None:
+    """``url`` as a named call to ``tool`` (``/call/<name>/…``, the tool's own name unless given: a hub
+    call's is its ref) when it lies inside the tool's base URL (same scheme, host and port, path prefix
+    on a segment boundary), else None."""
     head, _, query = url.partition("?")
     scheme, sep, rest = head.partition("://")
     bscheme, _, brest = tool.base.partition("://")
@@ -153,7 +156,7 @@ def _within_tool(tool: ToolRef, url: str) -> str | None:
     pairs = split_query(query)
     if tool.base_query and tuple(pairs[:len(tool.base_query)]) == tool.base_query:
         pairs = pairs[len(tool.base_query):]  # the call adds the base URL's own query pairs again
-    out = "/call/" + quote(tool.name, safe="") + path[len(bpath):]
+    out = "/call/" + quote(name or tool.name, safe="") + path[len(bpath):]
     if pairs:
         out += "?" + "&".join(k if v is None else f"{k}={v}" for k, v in pairs)
     return out
@@ -175,14 +178,17 @@ def treg_location(svc: Services, ident: Identity, inp: CallInput, target: Resolv
     absolute = mask(resolved)
     url, hash_, fragment = absolute.partition("#")
     prefix = path_prefix(svc.settings)  # behind a reverse proxy, its path prefix (operability.md)
+    hub = target.hub_for(ident.org_id) is not None
     if target.tool is not None and inp.surface != "redirect":
-        named = _within_tool(target.tool, url)
+        # a hub call's caller may call the ref, never the publisher's tool by its own name
+        named = _within_tool(target.tool, url, target.hub.ref if target.hub is not None else None)
         if named is not None:
             if inp.surface == "call" and parse_rest(inp.rest)[0] == "url":
                 return prefix + "/call/" + absolute  # the caller's passthrough form
             return prefix + named + hash_ + fragment
+    # the hop runs under the caller's deny rules: a hub tool's project is the publisher's, not theirs
     grant = RedirectGrant(ident.org_id, ident.member_id, url, inp.call_id, int(time.time()) + ttl_s,
-                          target.project_id)
+                          None if hub else target.project_id)
     return prefix + "/redirect/" + seal(svc, grant) + hash_ + fragment
 
 
@@ -194,6 +200,8 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
     out: list[tuple[str, str]] = []
     kept: list[tuple[str, str]] = []
     ttl_s = svc.settings.redirect_ttl_s
+    # a hub caller is not told where the publisher's API points (its base URL is the publisher's)
+    keep_upstream = target.hub_for(ident.org_id) is None
     for k, v in headers:
         keep = KEPT_AS.get(k.lower())
         if keep is None:
@@ -202,5 +210,6 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
         rewritten = treg_location(svc, ident, inp, target, v, mask, ttl_s)
         if rewritten is not None:
             out.append((k, rewritten))
-        kept.append((keep, mask(v)))
+        if keep_upstream:
+            kept.append((keep, mask(v)))
     return out + kept

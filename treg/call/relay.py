@@ -145,7 +145,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         # cost more than the rest of a call's bookkeeping) are memoized once, bounded, not built per call
         stored = svc.platform_redactors
     return PreparedRequest(UpstreamRequest(inp.method, url, tuple(headers.items()), body),
-                           tuple(values), body_kept, stored, used)
+                           tuple(values), body_kept, stored, used, org_id)
 
 
 async def send(svc: Services, state: "CallState") -> UpstreamResponse:
@@ -165,5 +165,5 @@ async def send(svc: Services, state: "CallState") -> UpstreamResponse:
     state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
     if resp.status == 401 and prepared.connections and state.ident is not None:
         # the token was refused: the next call refreshes first; this 401 is relayed as it is, never re-sent
-        await oauth.mark_stale(svc, state.ident.org_id, prepared.connections)
+        await oauth.mark_stale(svc, prepared.org_id or state.ident.org_id, prepared.connections)
     return resp

@@ -27,7 +27,7 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     if inp.idempotency_key and inp.deferred is None:  # a routed call's child: the key is the routed call's
         body = await state.read_body(svc.settings.json_body_max_bytes) or b""  # the digest hashes it
         if await claim_key(svc, state, target.endpoint_id or "", body):
-            return _replay_outcome(svc, state)
+            return replay_outcome(svc, state)
     if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
         return overflowed
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
@@ -53,7 +53,9 @@ async def claim_key(svc: Services, state: CallState, endpoint_id: str, body: byt
     return False
 
 
-def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
+def replay_outcome(svc: Services, state: CallState) -> CallOutcome:
+    """The stored answer of ``state.claim`` (a REPLAY), not charged again (a hub call's too,
+    treg/call/hub_stage.py)."""
     c = state.claim
     assert c is not None and c.status is not None
     body = c.body or b""

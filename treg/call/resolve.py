@@ -11,8 +11,9 @@ Two shapes (the seed's "Tool resolution"):
   otherwise 409 naming the colliding tools. Candidates removed only by the ACL give 403 naming just
   the host.
 
-Both are scoped to the caller's org. A named miss is offered to the catalog (when one is loaded)
-before the 404.
+Both are scoped to the caller's org. A named miss is offered to the catalog (when one is loaded),
+then, for a top-level call, to the hub (another org's published tool ``<org-slug>.<name>``), before the
+404.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from treg import tool_urls
-from treg.call import catalog_stage, redirects
+from treg.call import catalog_stage, hub_stage, redirects
 from treg.call.state import CallState
 from treg.call.target import parse_passthrough, parse_rest
 from treg.call.types import ResolvedTarget
@@ -145,4 +146,15 @@ async def resolve_target(svc: Services, ident: Identity, state: CallState) -> Re
     if inp.surface == "redirect":
         state.inp, target = redirects.redirect_target(svc, ident, inp)
         return target
-    return await resolve(svc, ident, state, catalog_stage.named_miss, catalog_stage.final_miss)
+    return await resolve(svc, ident, state, named_miss, catalog_stage.final_miss)
+
+
+async def named_miss(svc: Services, ident: Identity, state: CallState, name: str,
+                     path: str | None) -> ResolvedTarget | None:
+    """``/call/<name>`` found no org tool: a catalog id, else (a top-level call only) a hub ref
+    ``<org-slug>.<name>`` of a published tool (treg/call/hub_stage.py); None: the 404."""
+    found = await catalog_stage.named_miss(svc, ident, state, name, path)
+    if found is None and (hub := await hub_stage.published(svc, state.inp, name)) is not None:
+        published, tool = hub
+        return hub_stage.target(ident, state.inp, published, named_target(tool, path, state.inp.raw_query))
+    return found

@@ -13,8 +13,8 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import (archive, call_caps, capacity_stage, intake, jobs, overflow_stage, record, reserve, resolve,
-                       resources, routed, settle)
+from treg.call import (archive, call_caps, capacity_stage, hub_stage, intake, jobs, overflow_stage, record, reserve,
+                       resolve, resources, routed, settle)
 from treg.call.authorize import authorize
 from treg.call.relay import prepare, send
 from treg.call.state import CallOutcome, CallState
@@ -43,7 +43,11 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
                 return replay
             if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
                 return stored
-        state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
+        elif target.hub is not None:  # another org's published tool: its slot, the caller's hold (or a replay)
+            if (replay := await hub_stage.admit(svc, state)) is not None:
+                return replay
+        # 5 relay: the exact request (a hub call's with its publisher's credentials),
+        state.prepared = await prepare(svc, hub_stage.secrets_org(ident, target), state.inp, target)
         if target.credential_tier == "platform":  # ... on treg's own key spaced, a burst 429 re-sent once
             state.resp = await capacity_stage.send(svc, state)
         else:

@@ -2,6 +2,8 @@
 
 * **streamed** (an own tool's answer, and a catalog answer with no hold to settle): relayed as it
   arrives; only the head of a failed answer is peeked and kept as evidence;
+* **a hub call's** (a published tool of an org, ``/call/<org-slug>.<name>/…``): ``hub_stage.answer``, read
+  whole, checked for the publisher's credential, stored for a replay, then its hold settled or released;
 * **metered** (a hold is open, or an owned object's or async job's answer): read whole (buffered, or
   spooled to disk for a large one), judged by the endpoint's declared success rule
   (:func:`vendor_success`, ``treg/catalog/success.py``: a 2xx failing it is a ``vendor_error``, relayed
@@ -34,8 +36,8 @@ from __future__ import annotations
 from typing import Any
 
 from treg import idempotency
-from treg.call import archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs, metered
-from treg.call import overflow_stage, redirects, resources
+from treg.call import archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, hub_stage, jobs
+from treg.call import metered, overflow_stage, redirects, resources
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.catalog.success import succeeded
@@ -48,6 +50,8 @@ async def settle(svc: Services, state: CallState) -> CallOutcome:
     resp = state.resp
     assert resp is not None and state.target is not None
     if state.target.catalog is None:  # an own tool's (or a redirect's) answer: none of the catalog's parts
+        if state.target.hub is not None:  # a hub call's answer: read whole, checked, settled (hub_stage.py)
+            return await hub_stage.answer(svc, state, resp)
         return await _streamed_outcome(svc, state, resp, False)
     # read whole too: an owned object's answer, an async submission or owned poll
     if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money
-from treg.call import evidence, headers as hdr
+from treg.call import evidence, headers as hdr, hub_views
 from treg.call.bodies import buffer_body
 from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
 from treg.call_record import USER_AGENT_MAX, CallRecord
@@ -52,9 +52,12 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
-        *(credential_kind(t.bindings) if t else (None, None)),
+        *(credential_kind(t.bindings) if t else (None, None)), None, None,
         inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
+    if t is not None and t.hub is not None:  # a hub call: the caller's view, and the publisher's row beside it
+        return hub_views.audit_rows(rec, state.ident, t, lambda: hub_views.sent(inp, state.redactor),
+                                    answered=state.resp is not None)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
     return rec if state.overflow is None else state.overflow.retarget(rec)
 
@@ -231,9 +234,10 @@ class CallState:
         """treg's own headers on every answer of a catalog call that reached the ladder (none for an own
         tool's), refusals included: the credential tier, the cost (``cost_micro`` None: not known yet, an
         async submission's hold is still open), the archive's part (``X-Treg-Cache``: hit, stored, miss)
-        and, on the platform tier, the capacity probe and the smoothing applied."""
+        and, on the platform tier, the capacity probe and the smoothing applied. A hub call's answers
+        carry the first two too (``credential_tier: hub``, treg/call/hub_stage.py)."""
         t = self.target
-        if t is None or t.catalog is None:
+        if t is None or (t.catalog is None and t.hub is None):
             return []
         out = [("X-Treg-Credential-Tier", str(t.credential_tier))]
         if cost_micro is not None:

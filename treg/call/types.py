@@ -89,10 +89,18 @@ class ResolvedTarget:
     scope_project_id: str | None = None
     #: a routed ``treg.<capability>`` (treg.catalog.routed.RoutedPlan): its children are the calls
     routed: Any = None
+    #: a hub call (treg.hub.model.HubTool): ``tool`` is the publishing org's, run with its credentials
+    #: (treg/call/hub_stage.py)
+    hub: Any = None
 
     @property
     def project_id(self) -> str | None:
         return self.tool.project_id if self.tool else self.scope_project_id
+
+    def hub_for(self, org_id: str) -> Any:
+        """The published tool when this is a hub call of another org's tool than ``org_id``'s (an org
+        calling its own ref calls its own tool: nothing of it is hidden, nothing charged), else None."""
+        return self.hub if self.hub is not None and self.hub.org_id != org_id else None
 
     @property
     def full_url(self) -> str:
@@ -115,6 +123,8 @@ class PreparedRequest:
     #: the OAuth connections whose tokens were injected, as (id, token version): an upstream 401 marks
     #: exactly those tokens stale (docs/oauth.md)
     connections: tuple[tuple[str, int], ...] = ()
+    #: the org whose credentials were injected (a hub call's: the publisher's; None: the caller's)
+    org_id: str | None = None
 
     def redactor(self) -> Redactor:
         if self.secrets is not None:

@@ -119,7 +119,10 @@ deny_rules = Table(
 
 calls = Table(
     "calls", metadata,
-    Column("id", String(64), primary_key=True),  # an overflow attempt's row is `<call_id>:overflow` (0006)
+    # the key is (id, org_id): a hub call is one call id with two rows, the caller's org's and the
+    # publishing org's (migration 0019, docs/sharing.md "Hub"); an overflow attempt's row is
+    # `<call_id>:overflow` (0006)
+    Column("id", String(64), nullable=False),
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
     Column("member_id", String(40), nullable=True),
     _created(),
@@ -162,6 +165,11 @@ calls = Table(
     # connection whose token it was (migration 0016, docs/oauth.md)
     Column("credential_kind", String(16), nullable=True),
     Column("connection_id", String(40), nullable=True),
+    # a hub call (migration 0019): the ref called (`<org-slug>.<name>`), on both rows; on the publishing
+    # org's row the caller's org slug (never its member)
+    Column("hub_ref", String(264), nullable=True),
+    Column("hub_caller_org", String(64), nullable=True),
+    PrimaryKeyConstraint("id", "org_id"),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
     # the dashboard's Activity filters (migration 0004)
@@ -209,7 +217,7 @@ credit_grants = Table(
     "credit_grants", metadata,
     Column("id", String(40), primary_key=True),
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
-    Column("kind", String(16), nullable=False),  # grant | trial
+    Column("kind", String(16), nullable=False),  # grant | trial | earning (a hub call's price, credited)
     Column("amount_micro", BigInteger, nullable=False),
     Column("actor", String(200), nullable=False),
     Column("note", Text, nullable=True),
@@ -501,4 +509,39 @@ oauth_refreshes = Table(
     Column("outcome", String(16), nullable=False),
     CheckConstraint("outcome IN ('ok', 'invalid_grant', 'failed')", name="outcome"),
     Index("ix_oauth_refreshes_connection_id_at", "connection_id", "at"),
+)
+
+
+# -- hub tools (treg/hub, docs/sharing.md "Hub") ---------------------------------------------------------
+
+hub_tools = Table(
+    # a tool an org published for members of every org on this treg to call as `<org-slug>.<name>`
+    "hub_tools", metadata,
+    Column("id", String(40), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("tool_id", String(40), ForeignKey("tools.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("description", Text, nullable=False, server_default=text("''")),
+    Column("price_micro", BigInteger, nullable=False, server_default=text("0")),
+    Column("max_runs", Integer, nullable=True),
+    Column("created_by", String(40), nullable=True),
+    _created(),
+    UniqueConstraint("org_id", "name"),
+    CheckConstraint("price_micro >= 0", name="price"),
+    CheckConstraint("max_runs IS NULL OR max_runs >= 1", name="max_runs"),
+)
+
+hub_runs = Table(
+    # the hub calls running now, one row each (its call id): a slot of its publishing org and tool,
+    # taken in one statement before the relay, deleted once the answer finished streaming, and leased
+    # (``expires_at``, renewed by its process while it runs) so a process that died frees its slots
+    "hub_runs", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("publisher_org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("hub_tool_id", String(40), nullable=False),
+    Column("caller_org_id", String(40), nullable=False),
+    Column("holder", String(64), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Index("ix_hub_runs_publisher_org_id", "publisher_org_id"),
 )

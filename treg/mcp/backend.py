@@ -18,12 +18,15 @@ from treg.call.service import CallOutcome
 from treg.catalog import search as catalog_search
 from treg.context import Services
 from treg.errors import TregError
+from treg.hub import store as hub_store
+from treg.hub.model import HubTool
 from treg.ids import new_id
 from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
 from treg.org_data import load_org_credentials, org_tools, usable
 from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
-                            catalog_input, catalog_search_tool, mcp_names, own_tool_input, tool_list)
+                            catalog_input, catalog_search_tool, hub_names, mcp_names, named_input, own_tool_input,
+                            tool_list)
 from treg.identity import Identity
 
 log = logging.getLogger(__name__)
@@ -32,7 +35,8 @@ INSTRUCTIONS = (
     "treg relays HTTP calls to third-party APIs and injects the credentials, so never send keys. To do "
     "something with an API you do not know: call catalog_search with what you want in words (or a "
     "capability such as weather.forecast), then catalog_call with a match's id and its params. The other "
-    "tools are your org's own APIs: give method, path, query and body. Every result names its call id, "
+    "tools are your org's own APIs and hub tools other orgs published (each names its price): give method, "
+    "path, query and body. Every result names its call id, "
     "cost (micro-USD) and credential tier; a refusal comes as an error result with a hint and did_you_mean.")
 
 _SEARCH_MAX = 50
@@ -88,13 +92,21 @@ class PipelineBackend:
             return []
         return mcp_names([t for t in await org_tools(self.svc, self.ident.org_id) if usable(self.ident, t)])
 
+    async def _hubs(self, named: list[tuple[str, Any]]) -> list[tuple[str, HubTool]]:
+        """Other orgs' published tools (the org's own are listed as its own tools already)."""
+        if self.catalog_only:
+            return []
+        others = [h for h in (await hub_store.index(self.svc)).values() if h.org_id != self.ident.org_id]
+        return hub_names(others, [n for n, _ in named])
+
     def param_headers(self, name: str) -> dict[str, str]:
         return PARAM_HEADERS.get(name, {})
 
     async def list_tools(self) -> list[dict[str, Any]]:
         if self.catalog_only:
             return [catalog_search_tool(), catalog_call_tool()]
-        return tool_list(await self._named())
+        named = await self._named()
+        return tool_list(named, await self._hubs(named))
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if name == CATALOG_SEARCH:
@@ -110,8 +122,13 @@ class PipelineBackend:
                 # a tool of the org the caller may not use is not listed, but calling it by its own name is
                 # refused by the pipeline's ACL (403, audited), exactly as /call/<name> would be
                 tool = (await org_tools(self.svc, self.ident.org_id)).by_name.get(name)
+            if tool is None:
+                hub = dict(await self._hubs(named)).get(name)
+                if hub is not None:  # another org's published tool: /call/<ref>/…, a hub call
+                    return await self._run(named_input(self.ctx, call_id, hub.ref, arguments))
         if tool is None:
-            listed = [n for n, _ in await self._named()] + [CATALOG_SEARCH, CATALOG_CALL]
+            named = await self._named()
+            listed = [n for n, _ in named] + [n for n, _ in await self._hubs(named)] + [CATALOG_SEARCH, CATALOG_CALL]
             pointer = catalog_search.pointer(self.svc.catalog, name)
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name!r}; tools/list names this endpoint's tools "
                                            f"({', '.join(listed)}); for an API of the catalog use catalog_search "

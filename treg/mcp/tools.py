@@ -1,7 +1,8 @@
 """The tools a caller sees over MCP, and how a ``tools/call`` becomes the pipeline's :class:`CallInput`.
 
 ``/mcp`` lists one tool per own tool the caller may use (sorted by tool name, then id, so the order is
-stable), then ``catalog_search`` and ``catalog_call``; ``/catalog/mcp`` lists only the two catalog
+stable), then one per hub tool other orgs published (sorted by ref, its price in its description and
+``_meta``), then ``catalog_search`` and ``catalog_call``; ``/catalog/mcp`` lists only the two catalog
 tools. A tool name is made valid for MCP (``[A-Za-z0-9_.-]{1,128}``): other characters become ``_``;
 a name that collides with an earlier one (or with a catalog tool) gets ``-<the tool id's tail>``.
 
@@ -21,6 +22,7 @@ from urllib.parse import quote
 from treg.call.types import CallInput
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
+from treg.hub.model import HubTool
 from treg.http_grammar import TOKEN
 from treg.identity import Credential, Identity
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
@@ -87,6 +89,57 @@ def mcp_names(tools: Sequence[ToolRef]) -> list[tuple[str, ToolRef]]:
     return out
 
 
+def hub_names(hubs: Sequence[HubTool], taken: Sequence[str]) -> list[tuple[str, HubTool]]:
+    """``(mcp name, hub tool)`` for ``hubs``, sorted by ref: the ref made valid, unique beside ``taken``
+    (the own tools' and catalog tools' names: an own tool keeps its name, a ref colliding with it gets
+    ``-hub``, then a number)."""
+    used = set(taken) | set(CATALOG_TOOLS)
+    out = []
+    for hub in sorted(hubs, key=lambda h: h.ref):
+        base = _INVALID.sub("_", hub.ref)[:128]
+        name, n = base, 1
+        while name in used:  # bounded by the number of tools
+            suffix = "-hub" if n == 1 else f"-hub-{n}"
+            name, n = f"{base[:128 - len(suffix)]}{suffix}", n + 1
+        used.add(name)
+        out.append((name, hub))
+    return out
+
+
+def _request_schema(where: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "method": {"type": "string", "enum": list(METHODS), "default": "GET", "description": "HTTP method"},
+            "path": {"type": "string", "default": "", "description": where},
+            "query": {"type": "object", "additionalProperties": {
+                "anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
+                "description": "query parameters by name (a list repeats the parameter)"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "extra request headers (no credentials: treg injects them)"},
+            "body": {"description": "request body: an object or array is sent as JSON, a string as is"},
+        },
+        "additionalProperties": False,
+    }
+
+
+def hub_tool(name: str, hub: HubTool) -> dict[str, Any]:
+    """Another org's published tool: its ref, its description and its price (never its base URL)."""
+    usd = f"{hub.price_micro // 1_000_000}.{hub.price_micro % 1_000_000:06d}"  # integers: no float near money
+    price = (f"costs {hub.price_micro} micro-USD (USD {usd}) per successful call, charged to your org"
+             if hub.price_micro else "free")
+    return {
+        "name": name,
+        "title": f"{hub.ref} (hub)",
+        "description": (
+            f"{hub.description or 'A tool published by ' + hub.org_slug}. A hub tool of the org {hub.org_slug!r}: "
+            f"{price}; treg adds its publisher's credentials, so send none. Answers the upstream's status and body."),
+        "inputSchema": _request_schema("path after the tool's base URL, e.g. /items/7; empty: the base URL itself"),
+        "annotations": {"title": f"{hub.ref} (hub)", "openWorldHint": True},
+        "_meta": {"treg/hub_ref": hub.ref, "treg/price_micro": hub.price_micro},
+    }
+
+
 def own_tool(name: str, tool: ToolRef) -> dict[str, Any]:
     return {
         "name": name,
@@ -95,23 +148,8 @@ def own_tool(name: str, tool: ToolRef) -> dict[str, Any]:
             f"An HTTP request to the org's tool {tool.name!r} ({tool.base_url}); treg adds the tool's "
             "credentials, so send none. Answers the upstream's status and body. Path and query are appended "
             "to the base URL."),
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "method": {"type": "string", "enum": list(METHODS), "default": "GET",
-                           "description": "HTTP method"},
-                "path": {"type": "string", "default": "",
-                         "description": f"path after the base URL, e.g. /items/7 (relayed to {tool.base_url}"
-                                        "/items/7); empty: the base URL itself"},
-                "query": {"type": "object", "additionalProperties": {
-                    "anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
-                    "description": "query parameters by name (a list repeats the parameter)"},
-                "headers": {"type": "object", "additionalProperties": {"type": "string"},
-                            "description": "extra request headers (no credentials: treg injects them)"},
-                "body": {"description": "request body: an object or array is sent as JSON, a string as is"},
-            },
-            "additionalProperties": False,
-        },
+        "inputSchema": _request_schema(f"path after the base URL, e.g. /items/7 (relayed to {tool.base_url}"
+                                       "/items/7); empty: the base URL itself"),
         "annotations": {"title": tool.name, "openWorldHint": True},
     }
 
@@ -169,8 +207,10 @@ def catalog_call_tool() -> dict[str, Any]:
     }
 
 
-def tool_list(named: Sequence[tuple[str, ToolRef]]) -> list[dict[str, Any]]:
-    return [own_tool(name, tool) for name, tool in named] + [catalog_search_tool(), catalog_call_tool()]
+def tool_list(named: Sequence[tuple[str, ToolRef]],
+              hubs: Sequence[tuple[str, HubTool]] = ()) -> list[dict[str, Any]]:
+    return ([own_tool(name, tool) for name, tool in named] + [hub_tool(name, hub) for name, hub in hubs]
+            + [catalog_search_tool(), catalog_call_tool()])
 
 
 # -- arguments ---------------------------------------------------------------------------------------
@@ -272,7 +312,12 @@ def _input(ctx: CallerContext, call_id: str, *, method: str, rest: str, raw_quer
 
 def own_tool_input(ctx: CallerContext, call_id: str, tool: ToolRef, args: dict[str, Any]) -> CallInput:
     """``/call/<tool>/<path>?<query>`` as the tool's arguments describe it."""
-    _only(args, ("method", "path", "query", "headers", "body"), tool.name)
+    return named_input(ctx, call_id, tool.name, args)
+
+
+def named_input(ctx: CallerContext, call_id: str, call_name: str, args: dict[str, Any]) -> CallInput:
+    """``/call/<call_name>/<path>?<query>`` (an own tool's name, a hub tool's ref) as the arguments say."""
+    _only(args, ("method", "path", "query", "headers", "body"), call_name)
     method = args.get("method", "GET")
     if not isinstance(method, str) or method.upper() not in METHODS:
         raise _bad(f"method must be one of {', '.join(METHODS)}")
@@ -283,7 +328,7 @@ def own_tool_input(ctx: CallerContext, call_id: str, tool: ToolRef, args: dict[s
     raw_query = "&".join(q for q in (path_query, encode_query(args.get("query"))) if q)
     headers = _headers(args.get("headers"))
     body = encode_body(args.get("body"), headers)
-    rest = quote(tool.name, safe="")
+    rest = quote(call_name, safe="")
     if path.strip("/") or path == "/":
         rest += "/" + quote(path.lstrip("/"), safe=_PATH_SAFE)
     key = next((v for k, v in headers if k.lower() == "idempotency-key"), None)

@@ -48,3 +48,17 @@ async def chromium(*, args: tuple[str, ...] = ()) -> AsyncIterator[Any]:
             yield browser
         finally:
             await browser.close()
+
+
+async def logged_in(browser: Any, base_url: str, token: str) -> Any:
+    """A page of a new context of ``browser``, logged in to the dashboard at ``base_url`` with ``token``
+    (on the Overview, ``/ui/``); ``page.seen_5xx`` collects the URL of every answer of 500 or more."""
+    ctx = await browser.new_context(base_url=base_url)
+    page = await ctx.new_page()
+    page.seen_5xx = []
+    page.on("response", lambda r: page.seen_5xx.append(r.url) if r.status >= 500 else None)
+    await page.goto("/ui/login")
+    await page.get_by_label("Token").fill(token)
+    await page.get_by_role("button", name="Log in").click()
+    await page.wait_for_url("**/ui/")
+    return page

@@ -137,7 +137,11 @@ SCHEMAS: dict[str, Any] = {
                   "credential_kind": {"enum": [None, "oauth", "secret", "platform"],
                                       "description": "what was injected (GET one call only)"},
                   "connection_id": {"type": ["string", "null"], "description": "the OAuth connection whose token "
-                                    "was injected (GET one call only)"}},
+                                    "was injected (GET one call only)"},
+                  "hub_ref": {"type": ["string", "null"], "description": "a hub call: the ref called (GET one "
+                              "call only; docs/sharing.md)"},
+                  "hub_caller_org": {"type": ["string", "null"], "description": "a hub call of your org's tool: "
+                                     "the calling org's slug (GET one call only)"}},
                  ("call_id", "outcome")),
     "Balance": _obj({"balance_micro": {"type": "integer"}, "held_micro": _MICRO, "available_micro": {"type": "integer"},
                      "granted_micro": _MICRO, "settled_micro": _MICRO, "daily_cap_micro": _LIMIT,
@@ -208,6 +212,23 @@ SCHEMAS: dict[str, Any] = {
                                       "items": _obj({"at": _TIME, "outcome": {"enum": ["ok", "invalid_grant",
                                                                                       "failed"]}})}},
                        ("id", "provider", "name", "status", "shared", "created_at")),
+    "NewHubTool": _obj({"tool_id": {"type": "string", "minLength": 1, "description": "one of the org's tools"},
+                        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$",
+                                 "description": "the ref is <org-slug>.<name>"},
+                        "description": {"type": "string", "maxLength": 2000},
+                        "price_micro": {"type": ["integer", "null"], "minimum": 0, "maximum": 10 ** 9,
+                                        "description": "what a call charges the caller's org (micro-USD; 0 or "
+                                                       "omitted: free), credited to this org"},
+                        "max_runs": {"type": ["integer", "null"], "minimum": 1, "maximum": 1000,
+                                     "description": "most calls of this tool at once (null: the org's limit, "
+                                                    "TREG_HUB_MAX_RUNS_PER_TEAM)"}},
+                       ("tool_id", "name", "description"), closed=True),
+    "HubTool": _obj({"id": _ID, "ref": {"type": "string", "description": "call it as /call/<ref>/<path>"},
+                     "org_slug": _ID, "name": {"type": "string"}, "description": {"type": "string"},
+                     "price_micro": _MICRO, "max_runs": {"type": ["integer", "null"]}, "created_at": _TIME,
+                     "own": {"type": "boolean", "description": "published by your org"},
+                     "tool_id": {"type": "string", "description": "your org's tool (own entries only)"}},
+                    ("id", "ref", "org_slug", "name", "description", "price_micro", "max_runs", "own")),
 }
 
 
@@ -374,6 +395,15 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/api/v1/connections/{connection_id}/refresh"): _op(
         "refreshConnection", "refresh the connection's token now (its creator, owner/admin)", "200",
         _ref("Connection"), errors=("404", "409", "502"), params=(_CONNECTION_ID,)),
+    ("POST", "/api/v1/hub/tools"): _op(
+        "publishHubTool", "publish one of the org's tools to every org on this treg as <org-slug>.<name> "
+        "(owner/admin; docs/sharing.md)", "201", _ref("HubTool"), body="NewHubTool", errors=("404", "409")),
+    ("GET", "/api/v1/hub/tools"): _op(
+        "listHubTools", "every published hub tool, of every org (never a base URL, secret or binding)", "200",
+        _list_of("tools", "HubTool")),
+    ("DELETE", "/api/v1/hub/tools/{hub_tool_id}"): _op(
+        "unpublishHubTool", "unpublish one of the org's hub tools (owner/admin): its ref is gone at once", "204",
+        None, errors=("404",), params=(_path_param("hub_tool_id", "a hub tool id (GET /api/v1/hub/tools)"),)),
     ("GET", "/api/v1/credits"): _op("listCredits", "the org's credit ledger, newest first (owner/admin)", "200",
                                     _list_of("grants", "Grant")),
 }

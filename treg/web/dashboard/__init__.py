@@ -18,7 +18,7 @@ from aiohttp import web
 
 from treg.keys import SETTINGS
 from treg.origin import path_prefix
-from treg.web.dashboard import connections, pages, tryit
+from treg.web.dashboard import connections, hub, pages, tryit
 from treg.web.dashboard.base import STATIC_FILES
 
 
@@ -42,6 +42,7 @@ def setup(app: web.Application) -> None:
         app.router.add_get(f"/ui/static/{name}", _static(static / name, ctype))
     app.router.add_routes(tryit.routes)
     app.router.add_routes(connections.routes)
+    app.router.add_routes(hub.routes)
     app.router.add_routes(pages.routes)  # its last route answers any other /ui/ path with a 404 page
 
 

@@ -39,7 +39,7 @@ SECURITY_HEADERS = {
 }
 
 NAV = (("overview", "/ui/", "Overview"), ("tools", "/ui/tools", "Tools"), ("secrets", "/ui/secrets", "Secrets"),
-       ("connections", "/ui/connections", "Connections"),
+       ("connections", "/ui/connections", "Connections"), ("hub", "/ui/hub", "Hub"),
        ("members", "/ui/members", "Members and tokens"), ("deny", "/ui/deny-rules", "Deny rules"),
        ("activity", "/ui/activity", "Activity"), ("catalog", "/ui/catalog", "Catalog"),
        ("capacity", "/ui/capacity", "Capacity"), ("try", "/ui/try", "Try it"))
