@@ -26,6 +26,7 @@ from treg.catalog.registry import CatalogRegistry
 from treg.archive import policy as archive_policy
 from treg.jobs.spec import link_utilities, parse_submission
 from treg.catalog.routed import with_routed
+from treg.catalog.table import check_row as check_table
 from treg.oauth.provider import parse_block as parse_oauth_block
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, PluginHost, call_hook
@@ -55,7 +56,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow", "managed_resource", "archive", "async"})
+                           "overflow", "managed_resource", "archive", "async", "table"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -376,13 +377,16 @@ class _Loader:
             # a stored answer replayed to another caller would skip the job's or the object's bookkeeping
             add(plugin, row, "archive", "an async submission or a managed_resource row is never archived")
 
+        table = check_table(data.get("table"), lambda field, message: add(plugin, row, field, message))
+
         if len(self.c.problems) > before or price is None:
             return None
         ep = Endpoint(id=eid, provider=provider.id, method=method, path=path, params=tuple(params), price=price,
                       capability=capability, status=status, status_note=data.get("status_note"),
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
                       description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,
-                      overflow=overflow, managed_resource=managed, archive=archive, async_job=async_job, **flags)
+                      overflow=overflow, managed_resource=managed, archive=archive, async_job=async_job,
+                      table=table, **flags)
         self.endpoints[eid] = ep
         return ep
 

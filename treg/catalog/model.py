@@ -198,6 +198,8 @@ class Endpoint:
     async_job: Any = None
     #: a generated ``treg.<capability>`` (treg.catalog.routed.RoutedPlan: its children); None: a plugin's row
     route: Any = None
+    #: where the answer's rows are (treg.catalog.table.TableSpec): callable on ``/table/``; None: not there
+    table: Any = None
 
     @property
     def operation(self) -> str:
@@ -266,6 +268,7 @@ class Endpoint:
             "managed_resource": self.managed_resource.to_json() if self.managed_resource is not None else None,
             "archive": self.archive.to_json() if self.archive is not None else None,
             "async": self.async_job.to_json() if self.async_job is not None else None,
+            "table": self.table.to_json() if self.table is not None else None,
         })
         return out
 

@@ -72,7 +72,7 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
 
 async def run_once(svc: Services) -> dict[str, int]:
     """One sweep, unless another process's is under way (then nothing is done: zeros)."""
-    from treg import idempotency
+    from treg import idempotency, public_demo
 
     try:
         # outside the pool: holding a pooled connection for the sweep would starve a pool of one
@@ -87,7 +87,9 @@ async def run_once(svc: Services) -> dict[str, int]:
         if not locked:
             log.info("reaper: another treg process is sweeping; skipped")
             return {"holds_released": 0, "idempotency_pruned": 0}
-        return {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
+        swept = {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
+        await public_demo.prune(svc)  # the public demo's hourly rows of clients that did not come back
+        return swept
     finally:
         lock_conn.close()  # releases the lock with the session
 

@@ -71,11 +71,18 @@ SCHEMAS: dict[str, Any] = {
     "Member": _obj({"member_id": _ID, "email": {"type": "string"}, "role": {"type": "string"},
                     "project_ids": _IDS, "created_at": _TIME}, ("member_id", "email", "role")),
     "NewToken": _obj({"member_id": {"type": ["string", "null"],
-                                    "description": "another member's id (owner/admin); omitted: your own"}},
+                                    "description": "another member's id (owner/admin); omitted: your own"},
+                      "scope": {"enum": ["full", "table", None], "description": "`table`: a read-only token, "
+                                "valid only on GET /table/<endpoint-id> (docs/sharing.md); any member, for "
+                                "themselves only. Omitted or null: `full`"}},
                      closed=True),
-    "TokenCreated": _obj({"member_id": _ID, "token": {"type": "string"}}, ("member_id", "token")),
-    "Token": _obj({"id": _ID, "member_id": _ID, "prefix": {"type": "string"}, "created_at": _TIME,
-                   "last_used_at": _NULLABLE_TIME, "revoked_at": _NULLABLE_TIME}, ("id", "member_id", "prefix")),
+    "TokenCreated": _obj({"member_id": _ID, "token": {"type": "string", "description": "shown once"},
+                          "scope": {"enum": ["full", "table"]}}, ("member_id", "token", "scope")),
+    "Token": _obj({"id": _ID, "member_id": _ID, "prefix": {"type": "string"},
+                   "scope": {"enum": ["full", "table", "demo"], "description": "`demo`: a public demo's token "
+                             "(treg demo token, docs/sharing.md)"},
+                   "created_at": _TIME, "last_used_at": _NULLABLE_TIME, "revoked_at": _NULLABLE_TIME},
+                  ("id", "member_id", "prefix", "scope")),
     "NewProject": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"}},
                        ("name",), closed=True),
     "Project": _obj({"id": _ID, "name": {"type": "string"}, "created_at": _TIME}, ("id", "name")),
@@ -140,8 +147,10 @@ SCHEMAS: dict[str, Any] = {
                       "state": {"enum": ["active", "deleted"]}, "created_at": _TIME, "updated_at": _TIME,
                       "tag": {"type": ["string", "null"]}, "call_id": {"type": "string"}},
                      ("kind", "provider", "id", "state", "created_at")),
-    "Org": _obj({"org_id": _ID, "slug": _ID, "created_at": _TIME, "platform_overflow": {"type": "boolean"}},
-                ("org_id", "slug", "platform_overflow")),
+    "Org": _obj({"org_id": _ID, "slug": _ID, "created_at": _TIME, "platform_overflow": {"type": "boolean"},
+                 "public_demo": {"type": "boolean", "description": "the operator runs this org as a public demo "
+                                 "(treg demo enable|disable: CLI only, docs/sharing.md)"}},
+                ("org_id", "slug", "platform_overflow", "public_demo")),
     "OrgChange": _obj({"platform_overflow": {"type": "boolean", "description": "false: this org's platform-tier "
                                              "calls never overflow to aggregators (docs/resilience.md)"}},
                       closed=True),
@@ -152,7 +161,10 @@ SCHEMAS: dict[str, Any] = {
     "Grant": _obj({"id": _ID, "kind": {"type": "string"}, "amount_micro": {"type": "integer"}}, ("id", "kind")),
     "Endpoint": _obj({"id": _ID, "credential_tier": {"type": ["string", "null"]}, "callable": {"type": "boolean"},
                       "billed": {"type": "boolean"}, "kind": {"enum": ["endpoint", "routed"]},
-                      "children": {"type": "array", "items": {"type": "object"}}}, ("id", "callable", "billed")),
+                      "children": {"type": "array", "items": {"type": "object"}},
+                      "table": {"type": ["object", "null"], "description": "GET one endpoint: where its answer's "
+                                "rows are, {rows, columns?}; null: not callable on /table/ (docs/sharing.md)"}},
+                     ("id", "callable", "billed")),
     "Provider": _obj({"id": _ID, "platform_key_configured": {"type": "boolean"},
                       "anonymous_allowed": {"type": "boolean"}}, ("id",)),
     "OAuthAppSet": _obj({"client_id": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": r"\S"},
@@ -238,7 +250,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                                      "201", _ref("MemberCreated"), body="NewMember", errors=("409", "422")),
     ("GET", "/api/v1/members"): _op("listMembers", "the org's members (owner/admin)", "200",
                                     _list_of("members", "Member")),
-    ("POST", "/api/v1/tokens"): _op("createToken", "a new token for yourself, or a member (owner/admin)", "201",
+    ("POST", "/api/v1/tokens"): _op("createToken", "a new token for yourself, or a member (owner/admin); "
+                                    "`scope: table` for a read-only /table/ token", "201",
                                     _ref("TokenCreated"), body="NewToken", body_optional=True, errors=("404",)),
     ("GET", "/api/v1/tokens"): _op("listTokens", "tokens (yours; every member's for owner/admin)", "200",
                                    _list_of("tokens", "Token")),
