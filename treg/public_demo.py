@@ -26,14 +26,14 @@ import datetime as dt
 import math
 from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, func, select, update
 
 from treg import membership
 from treg.authentication import DEMO_HEADER
 from treg.context import Services
 from treg.errors import NotFound, TregError
 from treg.identity import DEMO
-from treg.infra.schema import members, orgs
+from treg.infra.schema import members, orgs, tokens
 from treg.org_changes import changes
 
 #: the sliding window of the hourly limit
@@ -71,6 +71,22 @@ async def issue_token(svc: Services, slug: str) -> dict[str, Any]:
             raise NotFound(f"the org {slug!r} has no owner to issue a demo token for", code="member_not_found")
         token = await membership.issue_token(tx, org_id=org["id"], member_id=owner, scope=DEMO)
     return {"token": token, "org": slug, "public_demo": org["public_demo"]}
+
+
+async def status(svc: Services, org_id: str) -> dict[str, Any]:
+    """The demo as the dashboard's Org page shows it: on or off, its limits, the org's spend of the day
+    against the budget (held included, as the hold counts it) and its live demo tokens."""
+    from treg import money
+
+    async with svc.db.tx() as tx:
+        enabled = await tx.scalar(select(orgs.c.public_demo).where(orgs.c.id == org_id))
+        live = await tx.scalar(select(func.count()).select_from(tokens).where(and_(
+            tokens.c.org_id == org_id, tokens.c.scope == DEMO, tokens.c.revoked_at.is_(None))))
+    bal = await money.balance(svc, org_id)
+    s = svc.settings
+    return {"public_demo": bool(enabled), "endpoints": list(s.demo_endpoints), "calls_per_hour": s.demo_calls_per_hour,
+            "daily_budget_micro": s.demo_daily_budget_micro,
+            "used_today_micro": bal.spent_today_micro + bal.held_today_micro, "demo_tokens": int(live or 0)}
 
 
 # -- the hourly limit ------------------------------------------------------------------------------

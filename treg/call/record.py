@@ -22,6 +22,7 @@ from treg.call.types import USER_AGENT_MAX, CallRecord
 from treg.context import Services
 from treg.errors import DbPoolExhausted, SsrfRefused, TregError
 from treg.events import Event
+from treg.identity import DEMO
 from treg.infra.upstream import UpstreamResponse
 from treg.oauth.credentials import credential_kind
 from treg.plugins import call_hook, has_impls
@@ -55,7 +56,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
-        *(credential_kind(t.bindings) if t else (None, None)),
+        *(credential_kind(t.bindings) if t else (None, None)), state.ident.scope == DEMO,
         inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
@@ -92,7 +93,7 @@ def audit(svc: Services, rec: CallRecord) -> None:
         "result_state": rec.result_state, "result_reason": rec.result_reason, "cache_state": rec.cache_state,
         "cache_admission": rec.cache_admission, "kind": rec.kind, "capacity_signal": rec.capacity_signal,
         "probe": rec.probe, "smoothed": rec.smoothed, "tag": rec.tag, "user_agent": rec.user_agent,
-        "credential_kind": rec.credential_kind, "connection_id": rec.connection_id,
+        "credential_kind": rec.credential_kind, "connection_id": rec.connection_id, "demo": rec.demo,
     }))
 
 

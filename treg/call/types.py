@@ -27,7 +27,7 @@ class CallInput:
     """What the caller sent, as the edge saw it (raw path and query: percent-encoding untouched)."""
 
     call_id: str
-    surface: str  # "call" | "catalog" | "redirect" | "mcp" (the audit row's surface)
+    surface: str  # "call" | "catalog" | "table" | "redirect" | "mcp" (the audit row's surface)
     method: str
     rest: str  # raw path after /call/ (or /catalog/call/), without the query
     raw_query: str  # raw query string without '?', '' when none
@@ -51,11 +51,14 @@ class CallInput:
     #: a routed call's child (treg/call/routed.py): where the settle stage leaves its hold, open, for the
     #: routed call to close; None: the call closes its own hold
     deferred: Any = field(default=None, repr=False, compare=False)
+    #: the connection's peer address (the public demo counts calls by client address: treg/forwarded.py)
+    peer: str | None = None
 
     @property
     def catalog_form(self) -> bool:
-        """Resolved as ``/catalog/call/<endpoint-id>``: exact endpoint ids only, no org tool shadows one."""
-        return self.surface == "catalog" or self.form == "catalog"
+        """Resolved as ``/catalog/call/<endpoint-id>``: exact endpoint ids only, no org tool shadows one
+        (``/table/<endpoint-id>`` too: the same call, answered as a table)."""
+        return self.surface == "catalog" or self.surface == "table" or self.form == "catalog"
 
     def header(self, name: str) -> str | None:
         lname = name.lower()
@@ -187,6 +190,8 @@ class CallRecord(NamedTuple):
     #: the connection (docs/oauth.md)
     credential_kind: str | None = None
     connection_id: str | None = None
+    #: made with a public demo's (``demo``-scoped) token (docs/sharing.md)
+    demo: bool = False
     # -- the ``tool_called`` event's own fields, after every column: not stored (the audit writer sends
     # only the fields up to the last column, treg/call/audit.py)
     #: the caller's User-Agent (cut to USER_AGENT_MAX characters): which client or SDK calls

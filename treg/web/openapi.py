@@ -128,6 +128,7 @@ SCHEMAS: dict[str, Any] = {
                   "refused_by": {"type": ["string", "null"]}, "credential_tier": {"type": ["string", "null"]},
                   "cost_micro": {"type": "integer"}, "duration_ms": {"type": ["integer", "null"]},
                   "kind": {"enum": [None, "async_submit", "async_poll", "async_fetch"]},
+                  "demo": {"type": "boolean", "description": "made with a public demo's token (docs/sharing.md)"},
                   "overflow": {"type": ["object", "null"], "description": "the overflow attempt, when the call "
                                "was sent to an aggregator: {aggregator, status, cost_micro} (GET one call only)"},
                   "credential_kind": {"enum": [None, "oauth", "secret", "platform"],
