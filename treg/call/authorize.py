@@ -1,4 +1,5 @@
-"""Authorize stage: the tool ACL, then the org's deny rules on the resolved upstream.
+"""Authorize stage: the tool ACL, then the org's deny rules on the resolved upstream, then the public demo's
+gate (a demo token's call: treg/call/demo.py).
 
 Deny rules apply to every role (a guardrail, not a permission) and to both call shapes, because they
 are matched against where the call actually goes. The path and method are compared as the upstream
@@ -19,6 +20,7 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from treg import deny_rules
+from treg.call import demo
 from treg.call.org_tools import usable
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
@@ -38,10 +40,20 @@ async def org_deny_rules(svc: Services, org_id: str) -> tuple[DenyRule, ...]:
 
 async def authorize(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> CallInput:
     """The call's input, its body read into memory when a deny rule needed to see it. ``inp.headers``
-    are the caller's: a method-override header among them counts as the method."""
+    are the caller's: a method-override header among them counts as the method. The gates, in the
+    seed's order: the tool ACL, the deny rules, then the public demo's (treg/call/demo.py)."""
     if target.tool is not None and not usable(ident, target.tool):
         raise Forbidden(f"you may not use the tool {target.tool.name!r} (project scope or allowed members)",
                         code="tool_forbidden", refused_by="acl")
+    inp = await deny(svc, ident, inp, target)
+    if ident.is_demo:  # the public demo: only its endpoints, and so often from one address
+        await demo.gate(svc, ident, inp, target)
+    return inp
+
+
+async def deny(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> CallInput:
+    """The org's deny rules on where the call really goes (the input back: its body read when a rule
+    with a method needed it)."""
     rules = await org_deny_rules(svc, ident.org_id)
     if not rules:
         return inp

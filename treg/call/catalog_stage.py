@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from treg import idempotency
+from treg.call import demo, table
 from treg.call.injection import provider_plan
 from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
@@ -44,16 +45,21 @@ async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tu
 async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: Endpoint,
                      surface: str) -> tuple[CallInput, ResolvedTarget]:
     if endpoint.route is not None:  # treg.<capability>: no ladder of its own (treg/call/routed.py runs it)
+        if ident.is_demo:
+            raise demo.routed(endpoint.id)
         return inp, ResolvedTarget(upstream_url="", query=(), tool=None, bindings=(), provider=endpoint.provider,
                                    endpoint_id=endpoint.id, routed=endpoint.route)
     registry = svc.catalog
-    creds = await load_org_credentials(svc, ident, [endpoint.provider])
+    # a public demo's call sees none of the org's credentials: anonymous or platform only (demo.py)
+    creds = demo.credentials(ident) if ident.is_demo else await load_org_credentials(svc, ident, [endpoint.provider])
     lookup.ensure_live(registry, endpoint, svc.settings, creds)
     inp, body = await _request_body(svc, inp, endpoint)
     checked = check_request(endpoint, method=inp.method, query=split_query(inp.raw_query), body=body, surface=surface)
     try:
         cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
     except NoCredential as exc:  # a provider that declares OAuth: the refusal carries a connect_url
+        if ident.is_demo:
+            raise demo.not_offered(endpoint.id) from None
         raise await oauth.no_credential(svc, ident, endpoint.provider, exc) from None
     tool = None
     if cat.tool_id is not None:
@@ -79,9 +85,10 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
 
 
 async def resolve_catalog_surface(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
-    """``/catalog/call/<id>``: exact endpoint ids only; no org tool can shadow one."""
+    """``/catalog/call/<id>`` (and ``/table/<id>``): exact endpoint ids only; no org tool can shadow one."""
     endpoint = lookup.resolve_catalog_call(svc.catalog, inp.rest)
-    return await target_for(svc, ident, inp, endpoint, "/catalog/call")
+    table.check_endpoint(inp, endpoint)  # /table/ of an endpoint with no rows: refused before anything
+    return await target_for(svc, ident, inp, endpoint, "/table" if inp.surface == table.SURFACE else "/catalog/call")
 
 
 async def named_miss(svc: Services, ident: Identity, inp: CallInput, name: str,

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from treg import idempotency
-from treg.call import capacity_stage, catalog_stage, evidence, headers as hdr
+from treg.call import capacity_stage, catalog_stage, demo, evidence, headers as hdr
 from treg.call.target import mask_userinfo
 from treg.call.types import USER_AGENT_MAX, CallRecord
 from treg.context import Services
@@ -117,9 +117,9 @@ def _failure_record(state: "CallState", exc: TregError, failure_kind: str | None
                         error_response=err_resp, failure_kind=failure_kind)
 
 
-async def _unwind(svc: Services, state: "CallState") -> None:
-    """Release the hold, give the label back (shielded from cancellation: a cancelled call must still
-    close its money; the reaper is the last resort)."""
+async def _unwind(svc: Services, state: "CallState", exc: BaseException) -> None:
+    """Release the hold, give the label back, and a refused demo call's hour (shielded from cancellation:
+    a cancelled call must still close its money; the reaper is the last resort)."""
     async def work() -> None:
         try:
             try:
@@ -128,7 +128,10 @@ async def _unwind(svc: Services, state: "CallState") -> None:
                 if state.overflow is not None:
                     await state.overflow.close(svc)  # the overflow attempt's own hold (treg/call/overflow_stage.py)
         finally:
-            await idempotency.abandon(svc, state.claim)
+            try:
+                await idempotency.abandon(svc, state.claim)
+            finally:
+                await demo.give_back(svc, state, exc)  # refused before any vendor contact: not counted
     with contextlib.suppress(Exception):
         await asyncio.shield(work())
 
@@ -142,13 +145,14 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
     if resp is not None:
         resp.close()  # once: CloseOnce ignores a repeat
     try:
-        await _unwind(svc, state)
+        await _unwind(svc, state, exc)
     finally:
         if not state.audited:
             state.audited = True
             if isinstance(exc, TregError):
                 exc.headers.update(catalog_stage.tier_headers(state.target))
                 exc.headers.update(capacity_stage.answer_headers(state))
+                exc.headers.update(demo.refusal_headers(state))  # X-Treg-Demo: 1 on a demo call's refusal
                 audit(svc, _failure_record(state, exc))
             elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
                 # the edge logs it with its traceback and answers 500 internal_error

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import AsyncIterator
 
 from treg import idempotency, money
-from treg.call import catalog_stage, overflow_stage
+from treg.call import catalog_stage, demo, overflow_stage
 from treg.call.record import audit
 from treg.call.relay import buffer_body
 from treg.call.resources import call_pin
@@ -37,7 +37,8 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
         return overflowed
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
-                                        amount_micro=cat.hold_micro, tag=inp.tag)
+                                        amount_micro=cat.hold_micro, tag=inp.tag,
+                                        **demo.hold_cap(ident, svc))  # a demo call: its daily budget too
     return None
 
 

@@ -12,8 +12,8 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import (archive, capacity_stage, intake, jobs, overflow_stage, record, reserve, resolve, resources,
-                       routed, settle)
+from treg.call import (archive, capacity_stage, demo, intake, jobs, overflow_stage, record, reserve, resolve,
+                       resources, routed, settle, table)
 from treg.call.authorize import authorize
 from treg.call.relay import prepare
 from treg.call.state import CallOutcome, CallState
@@ -27,6 +27,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state = CallState(inp)
     ident = await intake.identify(svc, state)  # 1 intake: who calls (unknown: a 401, not recorded)
     try:
+        intake.check_scope(state)  # ... a scoped token only where its scope reaches (a table token: GET /table/)
+        table.intake(state)  # ... /table/: its format and Accept are treg's, never the vendor's
         await intake.load_body(state)  # ... then the body the edge left pending
         inp, target = await resolve.resolve_target(svc, ident, state.inp)  # 2 resolve: tool or catalog endpoint
         state.inp, state.target = inp, target
@@ -39,12 +41,19 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
             # ... and a locked platform key refuses before any hold (unless an aggregator may serve the call)
             await capacity_stage.check_lock(svc, state, overflow_stage.may_overflow)
             if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
-                return replay
+                return await answer(svc, state, replay) if state.reshaped else replay
             if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
-                return stored
+                return await answer(svc, state, stored) if state.reshaped else stored
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
         state.resp = await capacity_stage.send(svc, state)  # ... vetted and sent (platform tier: smoothed)
-        return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
+        outcome = await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
+        return await answer(svc, state, outcome) if state.reshaped else outcome  # ... /table/, a demo's mark
     except BaseException as exc:  # identified: recorded once, cancelled or not
         await record.exit_call(svc, state, exc)
         raise
+
+
+async def answer(svc: Services, state: CallState, outcome: CallOutcome) -> CallOutcome:
+    """The call's answer as its surface gives it: ``/table/`` made into a table (treg/call/table.py), and a
+    public demo call's marked ``X-Treg-Demo: 1`` (treg/call/demo.py); any other call's as it is."""
+    return demo.mark(state, await table.finish(svc, state, outcome))

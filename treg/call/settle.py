@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 
 from treg import idempotency
 from treg.call import (archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs,
-                       metered, overflow_stage, redirects, resources)
+                       metered, overflow_stage, redirects, resources, table)
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -27,8 +27,8 @@ from treg.plugins import spool_evidence_paths
 async def settle(svc: Services, state: CallState) -> CallOutcome:
     resp = state.resp
     assert resp is not None
-    # read whole too: an owned object's answer, an async submission or owned poll
-    if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state):
+    # read whole too: an owned object's answer, an async submission or owned poll, a /table/ call's
+    if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state) or table.read_whole(state):
         return await _metered_outcome(svc, state, resp)
     if state.claim is not None:
         # a free streamed read is not stored for replay: the label goes back so a retry fetches again
@@ -76,7 +76,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             state.claim = None
         if state.inp.deferred is not None:  # a routed call's child: the routed call closes it (treg/call/routed.py)
             state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
-        elif ok:
+        elif table.settles(state, ok, answer):  # (/table/: a 2xx with no rows is not charged)
             await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await state.close_money(svc)

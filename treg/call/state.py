@@ -83,10 +83,17 @@ class CallState:
     #: a lock covering this call that overflow may serve around (the reserve stage skips the direct attempt)
     capacity_lock: Lock | None = None
     smoothed: tuple[str, ...] = ()
+    #: a ``/table/`` call: what the caller asked of the table (treg/call/table.py ``TableCall``), else None
+    table: Any = None
 
     #: the audit row (treg/call/record.py)
     record = call_record
     request_evidence = request_evidence
+
+    @property
+    def reshaped(self) -> bool:
+        """The answer is not given as it came: a ``/table/`` call's (a table), a public demo call's (marked)."""
+        return self.table is not None or (self.ident is not None and self.ident.scope == "demo")
 
     @property
     def redactor(self) -> evidence.Redactor:

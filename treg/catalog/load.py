@@ -378,6 +378,9 @@ class _Loader:
             add(plugin, row, "archive", "an async submission or a managed_resource row is never archived")
 
         table = check_table(data.get("table"), lambda field, message: add(plugin, row, field, message))
+        if table is not None and flags["spooled_response"]:
+            # /table/ reads the whole answer into memory to make its rows; a spooled one is too large for it
+            add(plugin, row, "table", "a spooled_response row's answer is never read whole: it has no table")
 
         if len(self.c.problems) > before or price is None:
             return None
