@@ -76,7 +76,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
             state.claim = None
         if state.inp.deferred is not None:  # a routed call's child: the routed call closes it (treg/call/routed.py)
             state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
-        elif table.settles(state, ok, answer):  # (/table/: a 2xx with no rows is not charged)
+        elif table.settles(svc, state, ok, data, resp.headers):  # (/table/: a 2xx with no rows is not charged)
             await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
         else:
             await state.close_money(svc)

@@ -50,9 +50,10 @@ _GUARDS = (("X-Content-Type-Options", "nosniff"), ("Content-Security-Policy", "s
 
 @dataclass(frozen=True)
 class TableCall:
-    """What the caller asked of the table (``CallState.table``)."""
+    """What the caller asked of the table (``CallState.table``), and the table once settle made it."""
 
     csv: bool
+    made: tables.Table | None = None
 
 
 def intake(state: CallState) -> None:
@@ -92,13 +93,16 @@ def read_whole(state: CallState) -> bool:
     return state.table is not None
 
 
-def settles(state: CallState, ok: bool, answer: Any) -> bool:
-    """Whether a ``/table/`` answer is a success for money: a 2xx whose parsed JSON holds rows where the
-    endpoint's descriptor says (else its hold is released). Any other call: ``ok``."""
-    if not ok or state.table is None:
+def settles(svc: Services, state: CallState, ok: bool, data: bytes, headers: list[tuple[str, str]]) -> bool:
+    """Whether a ``/table/`` answer is a success for money: a 2xx of which a table can be made (else its
+    hold is released). The table is made here, once, so what is charged and what is answered agree;
+    :func:`finish` sends it. Any other call: ``ok``."""
+    asked = state.table
+    if not ok or asked is None:
         return ok
-    spec = _spec(state)
-    return spec is not None and tables.make_table(spec, answer, 0) is not None
+    made = _make(svc, state, data, headers)
+    state.table = replace(asked, made=made)
+    return made is not None
 
 
 def _spec(state: CallState) -> tables.TableSpec | None:
@@ -119,9 +123,18 @@ async def _whole(outcome: CallOutcome) -> bytes:
     return b"".join(parts)
 
 
-def _decoded(data: bytes, headers: list[tuple[str, str]]) -> bytes | None:
+def _make(svc: Services, state: CallState, data: bytes, headers: list[tuple[str, str]]) -> tables.Table | None:
+    """The table of a whole 2xx answer (its codings undone, bounded); None: no rows where the row says."""
+    spec = _spec(state)
     applied = encodings.codings(headers)
-    return encodings.decode(data, applied, metered.EVIDENCE_DECODED_MAX) if applied else data
+    decoded = encodings.decode(data, applied, metered.EVIDENCE_DECODED_MAX) if applied else data
+    if spec is None or decoded is None:
+        return None
+    try:
+        doc = tables.parse(decoded)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return tables.make_table(spec, doc, svc.settings.table_max_rows)
 
 
 async def finish(svc: Services, state: CallState, outcome: CallOutcome) -> CallOutcome:
@@ -143,14 +156,8 @@ async def finish(svc: Services, state: CallState, outcome: CallOutcome) -> CallO
         return _refusal(GatewayFailed(f"the provider answered {outcome.status}; no table was made and nothing "
                                       "was charged", code="table_upstream_error", blame="upstream",
                                       upstream_status=outcome.status), kept, outcome.finish)
-    doc: Any = None
-    decoded = _decoded(data, outcome.headers)
-    if decoded is not None:
-        try:
-            doc = tables.parse(decoded)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            doc = None
-    table = tables.make_table(spec, doc, svc.settings.table_max_rows) if decoded is not None else None
+    # made by settle when the vendor answered now; a replay's or the archive's answer is made here
+    table = asked.made if asked.made is not None else _make(svc, state, data, outcome.headers)
     if table is None:
         err = GatewayFailed(f"the provider's answer holds no rows at {spec.rows or 'its top level'!r} (not JSON, "
                             "or not the shape the catalog row declares); nothing was charged",
