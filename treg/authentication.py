@@ -44,9 +44,9 @@ def scope_refusal(ident: Identity) -> Forbidden:
                         "/table/ of an endpoint in TREG_DEMO_ENDPOINTS); no management route, dashboard or MCP")
 
 
-def demo_refusal(detail: str, *, code: str = "demo_not_allowed", **extra: object) -> Forbidden:
-    """A 403 of a demo token's request: ``X-Treg-Demo: 1`` rides it (docs/sharing.md)."""
-    return Forbidden(detail, code=code, refused_by="demo", headers=dict([DEMO_HEADER]), **extra)
+def demo_refusal(detail: str, **extra: object) -> Forbidden:
+    """A demo token's request beyond the demo (403): ``X-Treg-Demo: 1`` rides it (docs/sharing.md)."""
+    return Forbidden(detail, code="demo_not_allowed", refused_by="demo", headers=dict([DEMO_HEADER]), **extra)
 
 
 def hash_token(token: str) -> str:
@@ -95,8 +95,9 @@ async def authenticate(svc: Services, token: str | Credential | None, org_hint: 
         if row["scope"] == DEMO and not row["public_demo"]:
             # never cached: `treg demo enable` revives the token at once (a cached identity of an enabled
             # demo is dropped by `disable`'s change notice, in every process)
-            raise demo_refusal(f"the public demo of {row['slug']} is disabled; its demo tokens work again once "
-                               "the operator enables it (treg demo enable)", code="demo_disabled")
+            raise Forbidden(f"the public demo of {row['slug']} is disabled; its demo tokens work again once the "
+                            "operator enables it (treg demo enable)", code="demo_disabled", refused_by="demo",
+                            headers=dict([DEMO_HEADER]))
         ident = Identity(org_id=row["org_id"], org_slug=row["slug"], member_id=row["member_id"],
                          user_id=row["user_id"], email=row["email"], role=row["role"],
                          project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,

@@ -74,19 +74,15 @@ async def issue_token(svc: Services, slug: str) -> dict[str, Any]:
 
 
 async def status(svc: Services, org_id: str) -> dict[str, Any]:
-    """The demo as the dashboard's Org page shows it: on or off, its limits, the org's spend of the day
-    against the budget (held included, as the hold counts it) and its live demo tokens."""
-    from treg import money
-
+    """The demo as the dashboard's Org page shows it: on or off, its limits and its live demo tokens
+    (the spend of the day the budget counts is the org's, ``money.balance``)."""
     async with svc.db.tx() as tx:
         enabled = await tx.scalar(select(orgs.c.public_demo).where(orgs.c.id == org_id))
         live = await tx.scalar(select(func.count()).select_from(tokens).where(and_(
             tokens.c.org_id == org_id, tokens.c.scope == DEMO, tokens.c.revoked_at.is_(None))))
-    bal = await money.balance(svc, org_id)
     s = svc.settings
     return {"public_demo": bool(enabled), "endpoints": list(s.demo_endpoints), "calls_per_hour": s.demo_calls_per_hour,
-            "daily_budget_micro": s.demo_daily_budget_micro,
-            "used_today_micro": bal.spent_today_micro + bal.held_today_micro, "demo_tokens": int(live or 0)}
+            "daily_budget_micro": s.demo_daily_budget_micro, "demo_tokens": int(live or 0)}
 
 
 # -- the hourly limit ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from treg import idempotency
-from treg.call import demo, table
+from treg.call import demo
 from treg.call.injection import provider_plan
 from treg.call.org_tools import org_tools, usable
 from treg.call.relay import buffer_body
@@ -87,8 +87,7 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
 async def resolve_catalog_surface(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
     """``/catalog/call/<id>`` (and ``/table/<id>``): exact endpoint ids only; no org tool can shadow one."""
     endpoint = lookup.resolve_catalog_call(svc.catalog, inp.rest)
-    table.check_endpoint(inp, endpoint)  # /table/ of an endpoint with no rows: refused before anything
-    return await target_for(svc, ident, inp, endpoint, "/table" if inp.surface == table.SURFACE else "/catalog/call")
+    return await target_for(svc, ident, inp, endpoint, "/table" if inp.surface == "table" else "/catalog/call")
 
 
 async def named_miss(svc: Services, ident: Identity, inp: CallInput, name: str,

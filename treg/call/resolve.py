@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from treg import tool_urls
-from treg.call import catalog_stage, demo, redirects
+from treg.call import catalog_stage, demo, redirects, table
 from treg.call.org_tools import OrgTools, by_dial, cached_org_tools, org_tools, usable
 from treg.call.target import dial_key, parse_passthrough, parse_rest
 from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
@@ -136,6 +136,7 @@ def _near_tool_hint(ident: Identity, all_tools: tuple[ToolRef, ...], name: str) 
 async def resolve_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
     """The resolve stage: the target by the surface the call came in on (the input comes back too: the
     catalog may have buffered its body)."""
+    table.check_endpoint(svc, inp)  # /table/ of an endpoint that declares no rows: refused before anything
     if ident.is_demo:  # a public demo's token: a listed endpoint by its exact id, nothing else (demo.py)
         demo.screen(svc, inp)
         return await catalog_stage.resolve_catalog_surface(svc, ident, inp)

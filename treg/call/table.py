@@ -28,7 +28,6 @@ from urllib.parse import unquote_plus
 from treg.call import encodings, metered
 from treg.call.types import CallInput
 from treg.catalog import table as tables
-from treg.catalog.model import Endpoint
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
 
@@ -81,9 +80,13 @@ def intake(state: CallState) -> None:
     state.table = TableCall(csv=csv)
 
 
-def check_endpoint(inp: CallInput, endpoint: Endpoint) -> None:
-    """``/table/`` of an endpoint that declares no rows: refused before any hold or vendor contact."""
-    if inp.surface == SURFACE and endpoint.table is None:
+def check_endpoint(svc: Services, inp: CallInput) -> None:
+    """``/table/`` of an endpoint that declares no rows: refused before any hold or vendor contact (an id
+    the catalog does not know is left to its own 404)."""
+    if inp.surface != SURFACE:
+        return
+    endpoint = svc.catalog.endpoints.get(inp.rest)
+    if endpoint is not None and endpoint.table is None:
         raise BadRequest(f"{endpoint.id} declares no table (its answer has no rows treg knows of); call it as "
                          f"/catalog/call/{endpoint.id}", code="table_not_available", refused_by="catalog")
 

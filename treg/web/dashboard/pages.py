@@ -446,6 +446,8 @@ async def org_page(p: Page) -> web.StreamResponse:
     # what GET /api/v1/org answers, and the public demo's state: shown only, the operator's CLI changes it
     org = await org_settings.get_org(p.svc, p.ident)
     demo = await public_demo.status(p.svc, p.ident.org_id)
+    bal = await money.balance(p.svc, p.ident.org_id)  # the day's spend, held included, as the budget counts it
+    demo["used_today_micro"] = bal.spent_today_micro + bal.held_today_micro
     return p.render("org.html", "org", org=org, demo=demo)
 
 
