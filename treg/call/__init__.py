@@ -22,4 +22,14 @@ child call each, and closes the holds their settle stages left open.
 
 Platform tier (``capacity_stage.py``): a locked key refused between 3 and 4, the spacer and the one
 burst re-send around 5's send, the breaker told about the answer in 6 once its hold is closed.
+
+``/table/`` (``table.py``, docs/sharing.md): its format and ``Accept`` taken off the input in 1, an endpoint
+without a ``table`` refused in 2, the answer read whole and made a table in 6 (a 2xx with no rows
+releases its hold), the table sent by the finish ``service.answer`` gives it.
+
+The public demo (``demo.py``, a ``demo``-scoped token's call): a listed endpoint by its exact id only and
+the ladder without ``own``/``team`` in 2, its gate last in 3 (the hour per client address), the daily
+budget on the hold in 4, the hour given back by 7's exit when refused before any vendor contact,
+``X-Treg-Demo: 1`` on every answer. A scoped token (``table``, ``demo``) reaches only its surfaces: 1
+(``intake.check_scope``).
 """
