@@ -11,7 +11,7 @@ import json
 import pytest
 
 from treg import money, public_demo
-from treg.testing import audit_row, check_books, vendor_gateway
+from treg.testing import audit_row, check_books, post_login, vendor_gateway
 from treg.testing.vendors.tables import PLATFORM, PLATFORM_KEY, PRICE, crm_provider, vendor_upstream
 from treg.web import openapi
 
@@ -104,8 +104,8 @@ async def test_no_management_route_from_any_address(demo, path):
 async def test_no_dashboard_and_no_mcp(demo):
     gw, up, visitor = demo
     token = visitor["X-Treg-Token"]
-    r = await gw.client.post("/ui/login", data={"token": token}, allow_redirects=False)
-    assert "treg_session" not in r.cookies and r.status in (403, 200)
+    r = await post_login(gw.client, {"token": token}, allow_redirects=False)
+    assert r.status == 403 and "public demo token" in await r.text() and "treg_session" not in r.cookies
     for path in ("/mcp", "/catalog/mcp"):
         r = await gw.client.post(path, headers={**visitor, "Accept": "application/json",
                                                 "Content-Type": "application/json"},

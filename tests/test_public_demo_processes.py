@@ -78,3 +78,12 @@ async def test_two_processes_share_the_hour_and_the_budget(dsn, settings, tmp_pa
         finally:
             codes = await stop_all(a, b)
     assert_clean_exits(codes, a, b)
+
+
+def test_the_demo_commands_name_an_unknown_org(dsn, settings, tmp_path):
+    env = treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal())
+    for command in ("enable", "disable", "token"):
+        done = run_treg(env, "demo", command, "--org", "nobody")
+        assert done.returncode == 2 and done.stdout == ""
+        assert json.loads(done.stderr.strip().splitlines()[-1])["error"] == "org_not_found"
+    assert run_treg(env, "demo", "enable").returncode == 2  # --org is required (argparse)

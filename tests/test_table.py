@@ -15,7 +15,7 @@ import pytest
 
 from treg import money
 from treg.catalog.table import TRIGGERS
-from treg.testing import audit_row, check_books, vendor_gateway
+from treg.testing import audit_row, check_books, post_login, vendor_gateway
 from treg.testing.vendors.tables import HOSTILE, PLATFORM, PLATFORM_KEY, PRICE, crm_provider, vendor_upstream
 
 CSV_TRIGGERS = tuple(TRIGGERS)
@@ -249,8 +249,8 @@ async def test_table_tokens_are_read_only_and_only_for_table_gets(crm):
     r = await gw.client.post("/mcp", headers={**table, "Accept": "application/json", "Content-Type": "application/json"},
                              json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert r.status == 403 and (await r.json())["error"] == "token_scope"
-    r = await gw.client.post("/ui/login", data={"token": made["token"]}, allow_redirects=False)
-    assert r.status == 403 or "treg_session" not in r.cookies
+    r = await post_login(gw.client, {"token": made["token"]}, allow_redirects=False)
+    assert r.status == 403 and "read-only table token" in await r.text() and "treg_session" not in r.cookies
     assert len(up.exchanges) == sent
     # a table token is issued to oneself only; a manager cannot make one for a member
     r = await gw.call("POST", "/api/v1/tokens", json={"scope": "table", "member_id": member["member_id"]})
