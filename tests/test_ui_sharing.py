@@ -15,6 +15,7 @@ import pytest
 
 from treg import public_demo
 from treg.testing import browser as chromium_browser, vendor_gateway
+from treg.testing.browser import log_in, nav
 from treg.testing.vendors.tables import PLATFORM, crm_provider, vendor_upstream
 
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
@@ -48,17 +49,6 @@ async def page(crm, browser):
     p.errors = errors  # type: ignore[attr-defined]
     yield p
     await ctx.close()
-
-
-async def log_in(page, token: str) -> None:
-    await page.goto("/ui/login")
-    await page.get_by_label("Token").fill(token)
-    await page.get_by_role("button", name="Log in").click()
-    await page.wait_for_url("**/ui/")
-
-
-async def nav(page, name: str) -> None:
-    await page.get_by_role("navigation", name="Main").get_by_role("link", name=name, exact=True).click()
 
 
 async def test_the_org_page_shows_the_demo_state_the_operator_sets(crm, page):

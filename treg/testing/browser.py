@@ -48,3 +48,16 @@ async def chromium(*, args: tuple[str, ...] = ()) -> AsyncIterator[Any]:
             yield browser
         finally:
             await browser.close()
+
+
+async def log_in(page: Any, token: str) -> None:
+    """Log a Playwright page into the dashboard with ``token``, as a person does (the form, its button)."""
+    await page.goto("/ui/login")
+    await page.get_by_label("Token").fill(token)
+    await page.get_by_role("button", name="Log in").click()
+    await page.wait_for_url("**/ui/")
+
+
+async def nav(page: Any, name: str) -> None:
+    """Follow the dashboard's main navigation link ``name``."""
+    await page.get_by_role("navigation", name="Main").get_by_role("link", name=name, exact=True).click()
