@@ -136,11 +136,10 @@ def _near_tool_hint(ident: Identity, all_tools: tuple[ToolRef, ...], name: str) 
 async def resolve_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
     """The resolve stage: the target by the surface the call came in on (the input comes back too: the
     catalog may have buffered its body)."""
-    table.check_endpoint(svc, inp)  # /table/ of an endpoint that declares no rows: refused before anything
     if ident.is_demo:  # a public demo's token: a listed endpoint by its exact id, nothing else (demo.py)
         demo.screen(svc, inp)
-        return await catalog_stage.resolve_catalog_surface(svc, ident, inp)
-    if inp.catalog_form:
+    table.check_endpoint(svc, inp)  # /table/ of an endpoint that declares no rows: refused before anything
+    if inp.catalog_form or ident.is_demo:  # (a demo's /call/<id> too: never an org tool)
         return await catalog_stage.resolve_catalog_surface(svc, ident, inp)
     if inp.surface == "redirect":
         return redirects.redirect_target(svc, ident, inp)
