@@ -5,9 +5,10 @@ Not part of treg: the reference of the benchmark's platform case (bench/platform
 replaced by what the pipeline did before it, everything else is this checkout's treg:
 
 * ``capacity_stage.check_lock`` (the lock view read between authorize and reserve): nothing;
-* ``capacity_stage.send`` (the per-provider spacer, the one re-send of a burst 429): the relay's send;
-* ``capacity_stage.after_answer`` (the answer's classification, the breaker's writes, its headers):
-  nothing, no headers;
+* ``capacity_stage.send`` (the per-provider spacer, the one re-send of a burst 429; ``service.execute``
+  calls it for platform-tier calls only): the relay's send;
+* ``capacity_stage.after_answer`` (the answer's classification, the breaker's writes): nothing (its
+  headers are ``CallState.catalog_headers``', empty without the lock check and the spacer);
 * ``overflow_stage.instead_of_direct`` and ``after_direct`` (an aggregator instead of, or after, the
   direct attempt): never.
 
@@ -35,8 +36,8 @@ async def _plain_send(svc: Any, state: Any) -> Any:
     return await relay.send(svc, state)
 
 
-async def _no_breaker(svc: Any, state: Any, resp: Any, body_head: bytes) -> list[tuple[str, str]]:
-    return []
+async def _no_breaker(svc: Any, state: Any, resp: Any, body_head: bytes) -> None:
+    return None
 
 
 async def _no_overflow(svc: Any, state: Any, *rest: Any) -> None:

@@ -222,7 +222,7 @@ async def test_the_key_holds_no_credential(world):
 
 
 def test_key_material_leaves_out_binding_targets():
-    from treg.archive.policy import CredentialRef, archive_key, key_material
+    from treg.catalog.archive_policy import CredentialRef, archive_key, key_material
     from treg.bindings import Binding
 
     binds = (Binding("query", "api_key", platform_setting="TREG_PLATFORM_KEY_PEOPLE"), Binding("json", "token"))
@@ -289,7 +289,7 @@ async def test_rollout_zero_leaves_every_call_on_the_normal_path(aiohttp_client,
 
 
 def test_the_rollout_is_a_stable_hash_share():
-    from treg.archive.policy import in_rollout
+    from treg.catalog.archive_policy import in_rollout
 
     pairs = [(f"org_{i}", f"people.ep{i % 7}") for i in range(2000)]
     picked = [p for p in pairs if in_rollout(*p, 30)]

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from treg import membership, money
 from treg.infra.schema import async_jobs, holds
 from treg.keys import SERVICES
-from treg.money import reaper
+from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import Events, Gateway, check_books, open_org, raw_upstream
 from treg.testing.vendors.async_jobs import PLATFORM_KEY, Vendor, write_plugin

@@ -13,7 +13,7 @@ import pytest
 
 from treg import membership, money
 from treg.keys import SERVICES
-from treg.money import reaper
+from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import Gateway, raw_upstream
 from treg.testing import check_books

@@ -15,7 +15,7 @@ from treg.catalog.errors import CatalogError
 from treg.catalog.load import build_catalog
 from treg.infra import migrate
 from treg.infra.schema import metadata
-from treg.jobs.spec import Submission, Utility
+from treg.catalog.async_jobs import Submission, Utility
 from treg.testing import assert_up_down_up
 from treg_plugins.injectors import HeaderInjector
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from treg.call import audit
-from treg.call.types import CallRecord
+from treg.call_record import CallRecord
 
 
 def _records(org_id: str, n: int, prefix: str) -> list[CallRecord]:

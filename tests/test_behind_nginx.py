@@ -177,7 +177,7 @@ async def test_the_request_target_is_relayed_byte_for_byte_through_the_prefix(be
 async def test_x_forwarded_is_believed_only_from_the_proxy_and_never_relayed(behind, up):
     await behind.api("POST", "/api/v1/tools", {"name": "up", "base_url": up.url + "/v1", "bindings": []}, 201)
     forged = [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "http"), ("X-Treg-Token", behind.org["token"])]
-    # through nginx from 127.0.0.3: nginx replaces the header with the address it saw; what the client wrote is gone
+    # through nginx from 127.0.0.3: nginx appends the address it saw; what the client wrote left of it is not read
     reply = await behind.via_proxy("GET", "/treg/call/up/via-proxy", forged, source="127.0.0.3")
     assert reply.status == 200
     raw = up.last.raw.lower()

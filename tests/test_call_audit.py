@@ -5,7 +5,7 @@ import json
 import pytest
 
 from treg.call.audit import prune_evidence
-from treg.call.types import CallRecord
+from treg.call_record import CallRecord
 from treg.testing import http_response, raw_upstream
 
 SECRET = "sk_live_TOPSECRET_9f8e7d"

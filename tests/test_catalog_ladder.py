@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import treg
-from treg import authentication, membership, org_changes
+from treg import authentication, membership, org_changes, org_data
 from treg.catalog import enforce, ladder
 from treg.catalog.errors import NoCredential
 from treg.infra.db import Tx
@@ -76,7 +76,7 @@ async def tool(client, org, name: str, secret_id: str, **extra: Any) -> dict[str
 async def target(svc, ident, endpoint_id: str = "acme.items.get", query=(("item_id", "7"),)):
     reg = svc.catalog
     ep = reg.get(endpoint_id)
-    creds = await ladder.load_org_credentials(svc, ident, [ep.provider])
+    creds = await org_data.load_org_credentials(svc, ident, [ep.provider])
     checked = enforce.check_request(ep, method="GET", query=list(query))
     return ladder.plan_call(reg, ep, checked, creds, svc.settings)
 
@@ -88,7 +88,7 @@ async def test_no_credential_at_all(build):
     body = info.value.body()
     assert body["error"] == "no_credential" and body["alternatives"] == [
         {"id": "zeta.items", "price_micro": 500, "tier": "team", "callable": False}]
-    creds = await ladder.load_org_credentials(svc, org["ident"])
+    creds = await org_data.load_org_credentials(svc, org["ident"])
     assert dict(creds.own_tools) == {} and dict(creds.team_secrets) == {}
 
 
@@ -162,12 +162,12 @@ async def test_load_org_credentials_filters_by_provider(build):
     a = await secret(client, org, "a")
     z = await secret(client, org, "z", provider="zeta")
     await tool(client, org, "acme-api", a)
-    everything = await ladder.load_org_credentials(svc, org["ident"])
+    everything = await org_data.load_org_credentials(svc, org["ident"])
     assert dict(everything.team_secrets) == {"acme": a, "zeta": z}
     assert [t.name for t in everything.own_for("acme")] == ["acme-api"] and everything.own_for("zeta") == ()
-    only = await ladder.load_org_credentials(svc, org["ident"], ["zeta"])
+    only = await org_data.load_org_credentials(svc, org["ident"], ["zeta"])
     assert dict(only.team_secrets) == {"zeta": z} and only.own_for("acme") == ()
-    assert dict((await ladder.load_org_credentials(svc, org["ident"], [])).team_secrets) == {}
+    assert dict((await org_data.load_org_credentials(svc, org["ident"], [])).team_secrets) == {}
 
 
 _READS_CREDENTIALS = re.compile(r"\b(?:FROM|JOIN)\s+(?:secrets|tools)\b", re.I)
@@ -215,7 +215,7 @@ async def test_a_warm_catalog_read_issues_no_credential_query_and_notify_invalid
 
     await _warm(tier, credential_reads)
     assert await tier() == "team" and credential_reads == []
-    creds = await ladder.load_org_credentials(svc, org["ident"], ["acme"])
+    creds = await org_data.load_org_credentials(svc, org["ident"], ["acme"])
     assert creds.team_secret_for("acme") == sid and credential_reads == []
     # the call gets as far as dialling (the test host does not resolve): past the ladder and the relay
     resp = await client.get("/catalog/call/acme.items.get?item_id=7", headers=org["headers"])
@@ -234,7 +234,7 @@ async def test_a_warm_catalog_read_issues_no_credential_query_and_notify_invalid
             break
         await asyncio.sleep(0.02)
     assert await tier() is None
-    assert (await ladder.load_org_credentials(svc, org["ident"], ["acme"])).team_secret_for("acme") is None
+    assert (await org_data.load_org_credentials(svc, org["ident"], ["acme"])).team_secret_for("acme") is None
 
 
 async def test_own_tools_come_from_the_tools_cache(build, credential_reads):
@@ -245,8 +245,8 @@ async def test_own_tools_come_from_the_tools_cache(build, credential_reads):
     await tool(client, org, "plain", await secret(client, org, "p", provider=None))
 
     async def read() -> None:
-        await ladder.load_org_credentials(svc, org["ident"], ["acme"])
+        await org_data.load_org_credentials(svc, org["ident"], ["acme"])
 
     await _warm(read, credential_reads)
-    creds = await ladder.load_org_credentials(svc, org["ident"], ["acme"])
+    creds = await org_data.load_org_credentials(svc, org["ident"], ["acme"])
     assert [t.name for t in creds.own_for("acme")] == ["a-api", "b-api"] and credential_reads == []

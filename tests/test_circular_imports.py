@@ -23,6 +23,7 @@ import pytest
 import treg
 import treg_migrations
 import treg_plugins
+from treg.testing import import_circles
 
 HARNESS = Path(treg.__file__).resolve().parent / "testing" / "import_each.py"
 OURS = ["treg", "treg_plugins", "treg_migrations"]
@@ -127,43 +128,11 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
-
-
 def test_no_cycle_even_through_function_level_imports():
     graph = import_graph()
     assert "treg.catalog.tiers" in graph["treg.catalog.alternatives"]
-    assert cycles(graph) == []
+    assert import_circles(graph) == []
 
 
 def test_the_cycle_finder_finds_one():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -13,7 +13,7 @@ from treg import idempotency, membership, money
 from treg.errors import BadRequest, Conflict, NotFound, Unprocessable
 from treg.idempotency import ClaimOutcome
 from treg.infra.schema import idempotency_keys
-from treg.money import reaper
+from treg import reaper
 from treg.testing import check_books
 
 

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from treg import money
-from treg.call.types import CallRecord
+from treg.call_record import CallRecord
 from treg.metrics import LABEL_VALUES_MAX, Metrics
 from treg.settings import SecretStr
 

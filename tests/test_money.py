@@ -8,7 +8,7 @@ import random
 import pytest
 from sqlalchemy import text, update
 
-from treg import authentication, membership, money
+from treg import authentication, membership, money, reaper
 from treg.errors import BadRequest, Conflict, DatabaseError, NotFound, PaymentRequired
 from treg.infra.schema import holds
 from treg.money import limits
@@ -224,15 +224,15 @@ async def test_reaper_releases_expired_and_old_holds_only(svc, org):
     await money.grant(svc, org_id=oid, amount_micro=10_000, actor="test")
     for i in range(3):
         await money.place_hold(svc, org_id=oid, member_id=None, call_id=f"o{i}", amount_micro=1_000)
-    assert await money.reap_orphans(svc) == 0  # nothing expired yet (TTL 1 h)
+    assert await reaper.reap_orphans(svc) == 0  # nothing expired yet (TTL 1 h)
     async with svc.db.tx() as tx:
         await tx.execute(update(holds).where(holds.c.id == "o0").values(expires_at=text("now() - interval '1 s'")))
-    assert await money.reap_orphans(svc) == 1
+    assert await reaper.reap_orphans(svc) == 1
     assert await money.hold_state(svc, "o0") == "released"
     assert await money.settle(svc, "o0", 1_000) is False  # too late: the caller's favour
     assert await money.hold_state(svc, "o1") == "held"
-    assert await money.reap_orphans(svc, older_than_s=3600) == 0
-    assert await money.reap_orphans(svc, older_than_s=0) == 2
+    assert await reaper.reap_orphans(svc, older_than_s=3600) == 0
+    assert await reaper.reap_orphans(svc, older_than_s=0) == 2
     b = await money.balance(svc, oid)
     assert (b.balance_micro, b.held_micro) == (10_000, 0)
     await check_books(svc, oid)
@@ -320,8 +320,8 @@ async def test_concurrent_calls_with_faults_keep_the_books_exact(svc, org):
     assert all(n == 1 for n in wins.values()), {k: n for k, n in wins.items() if n != 1}
     before = await check_books(svc, oid)
     assert before["open"] > 0  # the crashed calls
-    reaped = await money.reap_orphans(svc, older_than_s=0)
-    assert await money.reap_orphans(svc, older_than_s=0) == 0
+    reaped = await reaper.reap_orphans(svc, older_than_s=0)
+    assert await reaper.reap_orphans(svc, older_than_s=0) == 0
     books = await check_books(svc, oid)
     assert books["open"] == 0 and reaped == before["open"]
     states = {h["id"]: h for h in books["holds"]}

@@ -19,7 +19,7 @@ import pytest
 
 from treg import membership, money
 from treg.keys import SERVICES
-from treg.money import reaper
+from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, example_provider,
                           http_response, open_services, raw_upstream, run_treg, serve_pair, stop_all, treg_env,

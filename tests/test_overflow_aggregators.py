@@ -209,7 +209,7 @@ async def test_monid_200_still_running_is_polled(aiohttp_server):
 
 def test_judge_an_aggregator_failure_is_data():
     from treg.capacity.signatures import Signature, SignatureRegistry
-    from treg.overflow.outcome import judge
+    from treg.call.overflow_outcome import judge
 
     sigs = SignatureRegistry((Signature(provider="acme", kind="balance", plugin="p", index=0, status=(402,),
                                         body_contains="insufficient credits"),))

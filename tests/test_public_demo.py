@@ -1,6 +1,6 @@
 """The public demo gate over real HTTP (docs/sharing.md "The public demo"): a demo token reaches only the
 demo's endpoints (GET, on treg's key or keyless), never a management route, the dashboard or MCP, from any
-address; its hourly limit per client address (the peer, or a trusted proxy's leftmost X-Forwarded-For);
+address; its hourly limit per client address (the peer, or what a trusted proxy's X-Forwarded-For says, read from the right);
 its daily budget counted when the hold is placed; ``X-Treg-Demo: 1`` on every answer; refused before any
 hold or vendor contact."""
 
@@ -157,7 +157,7 @@ async def test_hourly_limit_per_peer_ignores_forwarded_for_from_an_untrusted_pee
 
 @pytest.mark.parametrize("demo_settings", [{"demo_endpoints": DEMO, "demo_calls_per_hour": 2,
                                             "trusted_proxies": ("127.0.0.1",)}])
-async def test_behind_a_trusted_proxy_the_leftmost_forwarded_address_counts(demo):
+async def test_behind_a_trusted_proxy_the_forwarded_client_address_counts(demo):
     gw, up, visitor = demo
 
     async def call(xff: str | None) -> int:
@@ -165,10 +165,11 @@ async def test_behind_a_trusted_proxy_the_leftmost_forwarded_address_counts(demo
         return (await gw.call("GET", "/catalog/call/crm.status", as_=headers)).status
 
     assert [await call("192.0.2.1, 127.0.0.1"), await call("192.0.2.1")] == [200, 200]
-    assert await call("192.0.2.1, 10.9.9.9") == 429  # the leftmost entry is the client
-    assert await call("192.0.2.2, 192.0.2.1") == 200  # another client
+    # what a visitor wrote before the proxy's own entry does not pick its bucket (read from the right)
+    assert await call("198.51.100.5, 192.0.2.1") == 429
+    assert await call("192.0.2.2") == 200  # another client
     assert [await call(None), await call(None), await call(None)] == [200, 200, 429]  # the proxy itself
-    assert await call("garbage, 192.0.2.7") == 429  # no address leftmost: the peer's bucket
+    assert await call("192.0.2.7, garbage") == 429  # no address where the proxy wrote: the proxy's bucket
     # an IPv6 client counts by its /64
     assert [await call("2001:db8::1"), await call("2001:db8::2")] == [200, 200]
     assert await call("2001:db8::ffff:1") == 429

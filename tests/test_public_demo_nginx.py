@@ -1,7 +1,7 @@
 """The public demo behind a real nginx (Debian's) with the configuration docs/operations.md gives: the
-demo gate counts a visitor by the leftmost ``X-Forwarded-For`` entry of its trusted proxy (sharing.md),
-and that configuration replaces the header, so what a visitor forges there counts for nothing; straight
-to treg from an untrusted peer, a forged header is not read at all."""
+demo gate counts a visitor by the client address the access log reads (``X-Forwarded-For`` of a trusted
+proxy, read from the right: the entry nginx appended), so what a visitor forges there counts for nothing;
+straight to treg from an untrusted peer, a forged header is not read at all."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ async def test_forged_forwarded_for_counts_for_nothing_through_the_proxy_or_arou
         reply = await raw_exchange(treg_port, raw_request_bytes("GET", path, headers), source=source)
         return reply.status
 
-    # a visitor at 127.0.0.3 writes a new address each time: nginx's own entry replaces it
+    # a visitor at 127.0.0.3 writes a new address each time: nginx's own entry, appended after it, counts
     statuses = [await via_proxy("/catalog/call/crm.status", "127.0.0.3", f"203.0.113.{i}") for i in range(4)]
     assert statuses == [200, 200, 429, 429]
     assert await via_proxy("/catalog/call/crm.status", "127.0.0.4", "127.0.0.3") == 200  # another visitor

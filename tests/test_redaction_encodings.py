@@ -10,7 +10,7 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from treg.call.evidence import Redactor
+from treg.redaction import Redactor
 from treg.testing import http_response
 
 # characters that every encoder treats differently: / + space = & quotes, backslash, non-ASCII

@@ -14,7 +14,8 @@ import pytest
 
 from treg import membership, money
 from treg.keys import SERVICES
-from treg.money import holds as money_holds, reaper
+from treg import reaper
+from treg.money import holds as money_holds
 from treg.settings import SecretStr
 from treg.testing import Gateway, ProviderPlugin, http_response, raw_upstream
 

@@ -108,7 +108,7 @@ def test_stage_values_keep_secrets_out_of_their_repr():
     """A stage value in a log line or a traceback's locals must not carry a token or an injected key."""
     from types import SimpleNamespace
 
-    from treg.call.relay import PreparedRequest
+    from treg.call.types import PreparedRequest
     from treg.call.service import CallOutcome, CallState
     from treg.call.types import CallInput
     from treg.infra.upstream import CloseOnce, UpstreamRequest, UpstreamResponse

@@ -18,10 +18,9 @@ import pytest
 from treg import authentication, context, membership, org_changes
 from treg.cache import CHANNEL, Caches, ChangeListener, NullCache, OrgCache
 from treg.call.audit import AuditWriter
-from treg.call.metered import SpoolBudget
-from treg.call.relay import OrgSecrets
-from treg.call.types import CallRecord
-from treg.call.injection import InjectionPlan
+from treg.call_record import CallRecord
+from treg.redaction import RedactorMemo
+from treg.spool_budget import SpoolBudget
 from treg.context import AuditSink, NullAuditWriter, Services
 from treg.errors import GatewayFailed, NotFound
 from treg.infra.dns import NullResolver, VettingResolver
@@ -33,20 +32,18 @@ def test_services_has_no_extras_and_every_component_is_typed():
     names = [f.name for f in dataclasses.fields(Services)]
     assert "extras" not in names
     hints = typing.get_type_hints(Services, globalns=vars(context),
-                                  localns={"OrgSecrets": OrgSecrets, "CallRecord": CallRecord, "aiohttp": aiohttp,
-                                           "InjectionPlan": InjectionPlan})
+                                  localns={"CallRecord": CallRecord, "aiohttp": aiohttp})
     assert set(hints) == set(names)
     assert all(hint is not typing.Any for hint in hints.values()), hints
     assert hints["caches"] is Caches and hints["audit"] is AuditSink
-    assert hints["spool_budget"] is SpoolBudget and hints["platform_redactors"] is OrgSecrets
+    assert hints["spool_budget"] is SpoolBudget and hints["platform_redactors"] is RedactorMemo
     assert all(typing.get_type_hints(Caches)[f.name] == OrgCache[typing.Any] for f in dataclasses.fields(Caches))
 
 
 def test_no_component_of_services_is_optional():
     """Every field is always set: a component a process may run without is a null object, never None."""
     hints = typing.get_type_hints(Services, globalns=vars(context),
-                                  localns={"OrgSecrets": OrgSecrets, "CallRecord": CallRecord, "aiohttp": aiohttp,
-                                           "InjectionPlan": InjectionPlan})
+                                  localns={"CallRecord": CallRecord, "aiohttp": aiohttp})
     optional = [name for name, hint in hints.items() if type(None) in typing.get_args(hint) or hint is type(None)]
     assert optional == []
     assert hints["client"] == hints["aggregator_client"] == aiohttp.ClientSession | NotServing
@@ -66,7 +63,7 @@ async def test_services_built_for_domain_use_have_null_components(svc):
     """The tests' services (and the CLI's: the same factory) run no listener and no writer."""
     assert all(isinstance(cache, NullCache) for cache in svc.caches)
     assert isinstance(svc.audit, NullAuditWriter) and not svc.audit.batches_token_touch
-    assert isinstance(svc.platform_redactors, OrgSecrets) and isinstance(svc.spool_budget, SpoolBudget)
+    assert isinstance(svc.platform_redactors, RedactorMemo) and isinstance(svc.spool_budget, SpoolBudget)
     assert isinstance(svc.metrics, Metrics)
     # nothing upstream: both sessions and the resolver refuse to send or dial, naming why
     assert isinstance(svc.client, NotServing) and isinstance(svc.aggregator_client, NotServing)

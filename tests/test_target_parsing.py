@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import select
 
 from treg import testing
-from treg.call.target import mask_userinfo, parse_passthrough
+from treg.call.target import parse_passthrough
+from treg.redaction import mask_userinfo
 from treg.errors import BadRequest
 from treg.infra.schema import calls
 
@@ -214,7 +215,8 @@ def test_the_relay_refuses_a_url_that_dials_elsewhere():
     chosen by (here as a parser drift would produce it)."""
     from yarl import URL
 
-    from treg.call.target import DialKey, ensure_dials
+    from treg.call.target import ensure_dials
+    from treg.infra.upstream import DialKey
 
     ensure_dials(URL("http://Toolhost.test:8080/x?k=1", encoded=True), DialKey("http", "toolhost.test", 8080))
     for sent in ("http://attacker.test/#@toolhost.test:8080/x", "http://toolhost.test:8081/x",

@@ -17,7 +17,7 @@ PATTERNS = [
     ("treg.secrets_store", "_PROVIDER", "acme"), ("treg.money.limits", "_TAG", "team-a"),
     ("treg.idempotency", "_LABEL", "order-42"), ("treg.results", "_PATH", "data.emails"),
     ("treg.metrics", "_LABEL", "orthogonal"), ("treg.overflow.aggregator", "NAME", "orthogonal"),
-    ("treg.jobs.spec", "_PATH", "data.id"), ("treg.jobs.spec", "_PARAM", "task_id"),
+    ("treg.catalog.async_jobs", "_PATH", "data.id"), ("treg.catalog.async_jobs", "_PARAM", "task_id"),
     ("treg.catalog.load", "PROVIDER_ID", "acme"), ("treg.catalog.load", "_CAPABILITY", "items.lookup"),
     ("treg.catalog.load", "_PATH_CHARS", "/items"), ("treg.catalog.load", "_QUERY_CHARS", "a=1"),
     ("treg.catalog.managed", "_KIND", "webhook"), ("treg.catalog.managed", "_PATH_PART", "id"),

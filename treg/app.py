@@ -24,9 +24,9 @@ from treg.infra.db import Database
 from treg.keys import CLIENT, SERVICES, SETTINGS
 from treg.settings import Settings
 from treg.call import capacity_stage, overflow_stage, runtime as call_runtime
-from treg.money import reaper as money_reaper
+from treg import reaper
 from treg.archive import store as archive_store
-from treg.oauth import runtime as oauth_runtime
+from treg import oauth_runtime
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
 from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
@@ -37,7 +37,7 @@ log = logging.getLogger("treg")
 
 #: components set up after the core services exist, before the server listens: each is
 #: ``async def setup(app, svc) -> (async close) | None`` (caches, audit writer, resolver, …)
-COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, money_reaper.setup,
+COMPONENTS: tuple[Any, ...] = (dns.setup, call_runtime.setup, capacity_stage.setup, reaper.setup,
                                tool_urls.setup, archive_store.setup, overflow_stage.setup, oauth_runtime.setup)
 
 

@@ -5,13 +5,21 @@ platform_setting?, secret_field?}`` (exactly one of ``secret_id``, ``connection_
 ``platform_setting``; a connection's access token is the value: docs/oauth.md). An :class:`Injector`
 (registered by a plugin for its ``location``) validates bindings at
 registration time and writes the rendered value into the outgoing request at call time.
+
+Which injector writes each of a target's bindings, and whether one needs the JSON body, is decided once
+when the bindings load instead of on every call (:class:`InjectionPlan`, :func:`compile_plan`):
+compiled for an org's tools when the tools cache loads them (``ToolRef.plan``, ``treg/org_data.py``,
+dropped with the entry on any change of the org) and for a catalog provider's auth once per provider
+(``treg/call/injection.py``). A plan depends only on each binding's location, not on which secret or
+platform key fills it, so the team and platform tiers share their provider's; the values themselves are
+never part of a plan (the relay looks them up per call).
 """
 
 from __future__ import annotations
 
 import string
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
 
 from multidict import CIMultiDict
 
@@ -98,3 +106,23 @@ class Injector(Protocol):
 
     def inject(self, request: OutgoingRequest, binding: Binding, value: str) -> None:
         """Write the rendered ``value`` for ``binding`` into ``request`` (overwriting what the caller sent)."""
+
+
+class InjectionPlan(NamedTuple):
+    #: per binding, in order: its injector, or None when no loaded plugin serves its location any more
+    #: (the call then fails closed, ``injector_missing``)
+    injectors: tuple[Injector | None, ...]
+    needs_json: bool
+    #: a binding names an OAuth connection: its token is fetched (refreshed if due) before injecting
+    connections: bool = False
+
+
+EMPTY = InjectionPlan((), False)
+
+
+def compile_plan(injectors: Mapping[str, Injector], bindings: tuple[Binding, ...]) -> InjectionPlan:
+    if not bindings:
+        return EMPTY
+    found = tuple(injectors.get(b.location) for b in bindings)
+    return InjectionPlan(found, any(i is not None and i.needs_json_body for i in found),
+                         any(b.connection_id for b in bindings))

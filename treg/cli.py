@@ -194,7 +194,7 @@ def cmd_catalog(args: argparse.Namespace, settings: Settings) -> int:
     """List the catalog every plugin declares, validating it as startup does (exit 1 when invalid)."""
     import treg.startup
     from treg.catalog.errors import CatalogError
-    from treg.catalog.ladder import offer_tier
+    from treg.catalog.tiers import offer_tier
 
     try:  # validated as startup does: the catalog, then the signature and classifier rows naming it
         registry = treg.startup.invoke_startup(settings).catalog

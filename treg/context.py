@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol
 
-from treg.bindings import Binding, Injector
+from treg.bindings import Binding, InjectionPlan, Injector
 from treg.cache import Caches
-from treg.call.metered import SpoolBudget
 from treg.catalog.registry import CatalogRegistry
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
@@ -27,19 +26,20 @@ from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.signatures import SignatureRegistry
 from treg.capacity.spacer import Spacer
 from treg.metrics import Metrics
-from treg.oauth.runtime import OAuthRuntime
+from treg.oauth_runtime import OAuthRuntime
 from treg.overflow.aggregator import Aggregator
 from treg.plugins import PluginHost
+from treg.redaction import RedactorMemo
 from treg.results import ClassifierRegistry
 from treg.settings import Settings
+from treg.spool_budget import SpoolBudget
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from treg.call.relay import OrgSecrets  # imports this module: the factory builds the value
-    from treg.call.injection import InjectionPlan  # imports this module
-    from treg.call.types import CallRecord
-    from treg.money.holds import Close, Hold
+
+    from treg.call_record import CallRecord
+    from treg.hold import Close, Hold
 
 
 class AuditSink(Protocol):
@@ -99,7 +99,7 @@ class Services:
     # -----------------------------------------------------------------------------------------------
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
-    platform_redactors: OrgSecrets
+    platform_redactors: RedactorMemo
     #: closes money holds: at once (treg.money.settler.InlineSettler) until the call runtime installs the
     #: background Settler, which closes them off the answer's path
     settler: HoldCloser
@@ -130,5 +130,5 @@ class Services:
     #: hosts, plain JSON exchanges, not the faithful upstream session; the null session until it opens
     aggregator_client: "aiohttp.ClientSession | NotServing" = field(default_factory=NotServing)
     #: OAuth connections' token endpoints (their session, this process's refreshes in flight:
-    #: treg/oauth/runtime.py); the null session until the app opens it
+    #: treg/oauth_runtime.py); the null session until the app opens it
     oauth: OAuthRuntime = field(default_factory=OAuthRuntime)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import treg.startup
-from treg.call.relay import OrgSecrets
 from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.spacer import Spacer
 from treg.context import Services
@@ -23,6 +22,7 @@ from treg.infra.db import Database
 from treg.infra.ssrf import SsrfPolicy
 from treg.metrics import Metrics
 from treg.money.settler import InlineSettler
+from treg.redaction import RedactorMemo
 from treg.settings import Settings
 
 
@@ -42,6 +42,6 @@ def build_services(settings: Settings, db: Database, *, startup: treg.startup.St
                     aggregators=startup.aggregators, capacity_signatures=startup.capacity_signatures,
                     result_classifiers=startup.result_classifiers,
                     ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow),
-                    platform_redactors=OrgSecrets({}), settler=InlineSettler(db),
+                    platform_redactors=RedactorMemo(), settler=InlineSettler(db),
                     breaker=BreakerStore(db, settings, view=lock_view), lock_view=lock_view,
                     spacer=Spacer(settings.smoothing_max_wait_ms), metrics=metrics)

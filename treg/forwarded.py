@@ -9,12 +9,9 @@ the entries a trusted proxy wrote are the last ones; the client is the first ent
 that is not itself a trusted proxy. Whatever is left of it came from the client and is not read. A
 malformed entry ends the walk at the last address a trusted hop vouched for.
 
-The public demo's hourly limit reads the client otherwise, as sharing.md fixes it (:func:`demo_client`):
-the **leftmost** ``X-Forwarded-For`` entry, when the peer is a trusted proxy. That entry is the client
-only behind a proxy that *replaces* the header (nginx ``proxy_set_header X-Forwarded-For $remote_addr``):
-one that appends to it (``$proxy_add_x_forwarded_for``) keeps whatever the client wrote first, so a
-visitor could pick its own address (docs/sharing.md, docs/operations.md). The demo's daily budget holds
-whatever address a call claims.
+The public demo's hourly limit counts calls by the same client address (:func:`demo_client`: this one
+reading, bucketed: an IPv6 client by its /64), so a visitor behind a proxy that appends to the header
+cannot pick its own bucket by writing an address first (docs/sharing.md, "The client address").
 
 Plain Python: the edge hands in the connection's peer address and the request's headers.
 """
@@ -100,17 +97,14 @@ DEMO_V6_PREFIX = 64
 
 
 def demo_client(peer: str | None, headers: Iterable[tuple[str, str]], trusted: tuple[Network, ...]) -> str:
-    """The client address the public demo counts calls by (sharing.md): the connection's peer, or, only
-    when the peer is in ``trusted``, the leftmost ``X-Forwarded-For`` entry (a leftmost entry that is not
-    an address: the peer). As text: an IPv4 address, or an IPv6 client's /64 (``2001:db8::/64``); an
-    IPv4-mapped IPv6 peer is its IPv4 address. No peer (a Unix socket): ``unknown``, one shared bucket."""
-    addr = _address(peer) if peer is not None else None
+    """The client address the public demo counts calls by (sharing.md): :func:`client_address`'s, as text:
+    an IPv4 address, or an IPv6 client's /64 (``2001:db8::/64``); an IPv4-mapped IPv6 address is its IPv4
+    address. No usable address (a Unix socket, a peer that is not an address): ``unknown``, one shared
+    bucket."""
+    client = client_address(peer, headers, trusted)
+    addr = _address(client) if client is not None else None
     if addr is None:
         return "unknown"
-    if trusted and _trusted(addr, trusted):
-        values = _values(headers, "x-forwarded-for")
-        first = _address(values[0]) if values else None
-        addr = first if first is not None else addr
     if isinstance(addr, ipaddress.IPv6Address):
         return str(ipaddress.ip_network(f"{addr}/{DEMO_V6_PREFIX}", strict=False))
     return str(addr)

@@ -28,7 +28,7 @@ from prometheus_client.utils import floatToGoString
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from treg.call.types import CallRecord
+    from treg.call_record import CallRecord
     from treg.infra.db import Database
 
 log = logging.getLogger(__name__)

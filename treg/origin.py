@@ -17,11 +17,23 @@ import ipaddress
 import re
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:  # the settings loader checks TREG_PUBLIC_URL with :func:`check`
-    from treg.settings import Settings
+
+class OriginSettings(Protocol):
+    """What these functions read of :class:`treg.settings.Settings`: this module sits below the settings,
+    whose loader checks ``TREG_PUBLIC_URL`` with :func:`check`."""
+
+    @property
+    def public_url(self) -> str | None: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
 
 #: a prefix's segments: RFC 3986 path characters, no empty segment (``//treg`` would read as a host)
 _PREFIX = re.compile(r"\A(?:/(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+)*\Z")
@@ -80,26 +92,26 @@ def check(url: str) -> str:
     return url.strip()
 
 
-def public_origin(settings: "Settings") -> str | None:
+def public_origin(settings: OriginSettings) -> str | None:
     """treg's public origin (``scheme://host[:port]``), None when ``TREG_PUBLIC_URL`` is unset."""
     return _split(settings.public_url)[0] if settings.public_url else None
 
 
-def path_prefix(settings: "Settings") -> str:
+def path_prefix(settings: OriginSettings) -> str:
     """The path a reverse proxy mounts treg under (``/treg``; ``""`` at the root or unset): every path
     treg hands out (a dashboard link, a rewritten ``Location``) is ``path_prefix(settings) + "/…"``, the
     proxy stripping it before treg sees the request."""
     return _split(settings.public_url)[1] if settings.public_url else ""
 
 
-def public_https(settings: "Settings") -> bool:
+def public_https(settings: OriginSettings) -> bool:
     """Whether treg's own origin is https: a proxy terminating TLS speaks plain http to treg, and the
     browser is on https all the same."""
     origin = public_origin(settings)
     return origin is not None and origin.startswith("https://")
 
 
-def own_origins(settings: "Settings", sockname: Any) -> set[str]:
+def own_origins(settings: OriginSettings, sockname: Any) -> set[str]:
     """treg's own origin: ``TREG_PUBLIC_URL``'s when set, else the address and port the connection came
     in on (with ``localhost`` and ``127.0.0.1`` for a loopback address) — never the request's Host header,
     which a DNS-rebinding page controls."""
@@ -136,7 +148,7 @@ def sent_from(origin: str | None, referer: str | None, own: set[str]) -> bool:
 _LISTEN: ContextVar[Any] = ContextVar("treg_listen", default=None)
 
 
-def own_base(settings: "Settings", sockname: Any) -> str:
+def own_base(settings: OriginSettings, sockname: Any) -> str:
     """treg's own origin and path prefix as one URL to append paths to (``https://gw.example.com/treg``):
     ``TREG_PUBLIC_URL`` when set, else ``http://<address>:<port>`` of the connection ``sockname`` (never
     the Host header); without either, the configured listen address."""
@@ -160,6 +172,6 @@ def note_listen(sockname: Any) -> None:
     _LISTEN.set(sockname)
 
 
-def request_base(settings: "Settings") -> str:
+def request_base(settings: OriginSettings) -> str:
     """:func:`own_base` of the request being served (the address an edge noted with :func:`note_listen`)."""
     return own_base(settings, _LISTEN.get())

@@ -16,8 +16,9 @@ web page may publish, and the two limits that keep a visitor from running up tre
   ``TREG_DEMO_DAILY_BUDGET_MICRO`` by the hold itself (``money.place_hold(extra_cap_micro=…)``): a call
   whose hold would pass it is refused, 429 ``demo_budget_spent``, in the statement that would place it.
 
-The client address is :func:`treg.forwarded.demo_client`: the peer, or the leftmost ``X-Forwarded-For``
-entry only when the peer is a trusted proxy; an IPv6 client counts by its /64.
+The client address is :func:`treg.forwarded.demo_client`: the one the access log reads
+(``treg.forwarded.client_address``: the peer, or, only when the peer is a trusted proxy, its
+``X-Forwarded-For`` read from the right); an IPv6 client counts by its /64.
 """
 
 from __future__ import annotations

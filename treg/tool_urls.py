@@ -9,11 +9,10 @@ A URL without user-info is stored as it is, unsealed: nothing in it is secret.
 
 from __future__ import annotations
 
-from treg.call.evidence import MASK
-from treg.call.target import mask_userinfo
 from treg.context import Services
 from treg.errors import GatewayFailed
 from treg.infra.crypto import DecryptError
+from treg.redaction import MASK, mask_userinfo
 
 
 def _aad_id(tool_id: str) -> str:

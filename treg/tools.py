@@ -16,8 +16,6 @@ from sqlalchemy import and_, delete, func, insert, select, update
 
 from treg import tool_urls
 from treg.bindings import Binding, format_fields
-from treg.call.evidence import MASK
-from treg.call.target import mask_userinfo
 from treg.context import Services
 from treg.domain.access import identity_may_use
 from treg.errors import BadRequest, Conflict, IntegrityError, NotFound, Unprocessable
@@ -28,6 +26,7 @@ from treg.infra.db import Tx
 from treg.infra.schema import members, oauth_connections, projects, secrets, tools
 from treg.management import missing_ids, refuse_unknown_fields
 from treg.org_changes import changes
+from treg.redaction import MASK, mask_userinfo
 
 _TOOL_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "connection_id", "platform_setting", "secret_field"}

@@ -4,14 +4,14 @@
 
 1. ``intake.py`` — the control headers, the caller identified (identity before work), then the body
    the edge left pending (the aiohttp half is ``treg/web/call.py``).
-2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``,
-   ``org_tools.py``), a catalog endpoint (``catalog_stage.py``) or a sealed redirect (``redirects.py``).
-3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then
-   ``jobs.py``: a platform-tier poll or fetch reads only the caller's org's async jobs (and, in
-   settle, a submission's hold is left to its job).
+2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``; the
+   org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``) or a sealed
+   redirect (``redirects.py``).
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then, on a
+   catalog call, the features' gates (the table below).
 4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
-5. ``relay.py`` — the exact upstream request with its credentials injected (``injection.py``),
-   its destination vetted, sent.
+5. ``relay.py`` — the exact upstream request with its credentials injected, its destination vetted,
+   sent.
 6. ``settle.py`` — the answer made streamable: a metered one read whole and its hold settled, any
    other relayed as it arrives (``metered.py``, ``encodings.py``).
 7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
@@ -20,16 +20,83 @@
 A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
 child call each, and closes the holds their settle stages left open.
 
-Platform tier (``capacity_stage.py``): a locked key refused between 3 and 4, the spacer and the one
-burst re-send around 5's send, the breaker told about the answer in 6 once its hold is closed.
+**The catalog's features, by stage.** Seven features of catalog calls act in some of the stages: each
+part is one function of the feature's own module, called with one line from its stage, and its number
+is its place in that stage ("1-3" says instead, in parentheses, which stage calls it: 1 intake, in
+``service.execute``; 2 ``resolve.py`` or ``catalog_stage.py``; 3 ``authorize.py``), "after 3" is ``service.execute``'s gates between
+authorize and reserve, "4 reserve" the reserve stage's (the claim, the overflow and the hold are
+``reserve.reserve``'s, the archive's lookup ``execute``'s next line), "6 settle" the settle stage's
+metered answer (``settle._metered_outcome``; ``read_whole`` decides it is one), and "then" the parts
+``service.answer`` runs on the answer settle made (or a replay's, an archive hit's) before it leaves. An
+own tool's call runs none of the catalog's parts: ``execute`` and ``settle`` ask once whether the target
+is a catalog endpoint. Money's parts are in the table because the others are ordered around them (an
+answer is stored for a replay before its hold is settled; the breaker is told once the hold is closed).
+tests/test_call_features.py holds this table against the code.
 
-``/table/`` (``table.py``, docs/sharing.md): its format and ``Accept`` taken off the input in 1, an endpoint
-without a ``table`` refused in 2, the answer read whole and made a table in 6 (a 2xx with no rows
-releases its hold), the table sent by the finish ``service.answer`` gives it.
+===============  ==============  =============  ===================  =============  ===================  ===============
+feature          1-3             after 3        4 reserve            5 relay        6 settle             7 the exit
+===============  ==============  =============  ===================  =============  ===================  ===============
+owned resources                  1 check_owned                                      read_whole;
+                                                                                    2 observe_answer
+async jobs                       2 guard                                            read_whole;
+                                                                                    3 after_answer;
+                                                                                    deferred (cost)
+capacity                         3 check_lock                        send: spacer,  8 after_answer
+                                                                     burst re-sent
+overflow                         may_overflow   2 instead_of_direct                 1 after_direct       Attempt.close
+                                 (asked by 3)
+archive                                         4 lookup                            7 observe, or
+                                                                                    read_for_archive
+money                                           1 claim_key,                        4 store_for_replay,  close_money,
+                                                3 place_hold                        6 close_hold         claim let go
+/table/          intake (1);                                                        read_whole;
+                 check_endpoint                                                     5 settles;
+                 (2)                                                                then finish
+public demo      screen (2);                    hold_cap (on                        then mark            give_back,
+                 credentials,                   place_hold)                                              refusal_headers
+                 not_offered,
+                 routed (2);
+                 gate (3, last)
+===============  ==============  =============  ===================  =============  ===================  ===============
 
-The public demo (``demo.py``, a ``demo``-scoped token's call): a listed endpoint by its exact id only and
-the ladder without ``own``/``team`` in 2, its gate last in 3 (the hour per client address), the daily
-budget on the hold in 4, the hour given back by 7's exit when refused before any vendor contact,
-``X-Treg-Demo: 1`` on every answer. A scoped token (``table``, ``demo``) reaches only its surfaces: 1
-(``intake.check_scope``).
+* **owned resources** (``resources.py``; its rows ``treg/owned_resources.py``, its row descriptor
+  ``treg/catalog/managed.py``): on treg's key an update, use or delete must name an object of the
+  caller's org (refused before any hold); a managed answer is read whole and a create's object recorded
+  as the org's before its id leaves.
+* **async jobs** (``jobs.py``; ``treg/jobs/store.py``, ``treg/catalog/async_jobs.py``): a platform-tier
+  poll or fetch must name a job of the caller's org; a submission's job is recorded and its hold left
+  open to its polls (its answer then has no ``X-Treg-Cost-Micro``: ``deferred``), the poll that reads it
+  done settles it.
+* **capacity** (``capacity_stage.py``; ``treg/capacity/``): a locked platform key is refused before any
+  hold (or its call is the lock's probe); only a platform-tier call's send goes through ``send`` (every
+  other call's is the relay's plain ``send``); the breaker learns from the answer once its money is
+  closed. Its ``X-Treg-Capacity-Probe`` / ``X-Treg-Smoothed`` are among the catalog's headers
+  (``CallState.catalog_headers``), refusals included.
+* **overflow** (``overflow_stage.py``, its pure judge ``overflow_outcome.py``; ``treg/overflow/``): a call
+  the lock would refuse (``may_overflow``, asked by ``check_lock``) goes to an aggregator instead of the
+  direct attempt; a direct answer saying treg's account is out is served through one; the overflow
+  attempt's own hold is closed by the exit when the call fails.
+* **archive** (``archive.py``; ``treg/archive/store.py``, ``treg/catalog/archive_policy.py``): after every
+  gate and the hold, a stored answer is served without the vendor; a fresh 2xx is classified and stored
+  (``observe`` for a metered answer, ``read_for_archive`` for a streamed one).
+
+* **/table/** (``table.py``; the row's ``table`` descriptor and the table made of an answer, JSON or CSV,
+  ``treg/catalog/table.py``; docs/sharing.md): in intake (``service.execute``, after the token's scope,
+  ``intake.check_scope``) the surface's own ``?format=`` and ``Accept`` come off the request and a token
+  in the query is refused; in resolve an endpoint without a ``table`` is refused before anything; the
+  answer is read whole on every tier and a 2xx with no rows releases its hold (``settles`` makes the
+  table, once); ``finish`` sends the table, or 502 ``table_upstream_error`` for a non-2xx answer.
+* **public demo** (``demo.py``; the switch, tokens, hourly window and budget ``treg/public_demo.py``; a
+  ``demo``-scoped token's call): in resolve a listed endpoint by its exact id only, GET only
+  (``screen``), the ladder without ``own``/``team`` (``credentials``; ``not_offered``, ``routed`` in
+  ``catalog_stage.py``); its ``gate`` is authorize's last (after the tool ACL, the deny rules and the
+  member's call cap: the seed's order), the hour per client address counted there; the daily budget
+  rides every hold it places (``hold_cap``: reserve's and an overflow attempt's); the exit gives the hour
+  back when refused before any vendor contact (``give_back``) and marks the refusal; ``mark`` puts
+  ``X-Treg-Demo: 1`` on every other answer.
+
+Every answer of a catalog call carries ``CallState.catalog_headers`` (tier, cost, the archive's
+``X-Treg-Cache``, the capacity headers); an answer treg has whole (a replay, an archive hit, an overflow's
+or a routed call's) is built by ``CallOutcome.whole_answer`` and recorded by ``record.answered``; a stage
+that must see the caller's body reads it with ``CallState.read_body``.
 """

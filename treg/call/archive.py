@@ -27,22 +27,21 @@ on as a miss. Nothing of the key, the query or the body is logged.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, AsyncIterator
 
-from treg import idempotency
 from treg.archive import store
-from treg.archive.policy import ArchivePolicy, CredentialRef, archive_key, in_rollout, key_material
+from treg.catalog.archive_policy import ArchivePolicy, CredentialRef, archive_key, in_rollout, key_material
 from treg.call import catalog_stage, headers as hdr, metered
-from treg.call.relay import buffer_body
-from treg.call.types import split_query
+from treg.call.record import answered
+from treg.call.state import CallOutcome, CallState
 from treg.context import Services
 from treg.errors import BadRequest, TregError
 from treg.infra.upstream import UpstreamResponse
+from treg.query import split_query
 from treg.results import Classifier
 
 if TYPE_CHECKING:
-    from treg.call.state import CallOutcome, CallState
     from treg.call.types import CallInput, ResolvedTarget
 
 log = logging.getLogger(__name__)
@@ -135,12 +134,8 @@ async def _plan(svc: Services, state: "CallState") -> ArchivePlan | None:
     org_id = None if policy.scope == "global" and target.credential_tier == "platform" else ident.org_id
     if control == "bypass" or partial_request(state.inp):
         return ArchivePlan(policy, None, org_id, look=False, keep=False)
+    body = await state.read_body(svc.settings.json_body_max_bytes)  # the key hashes the body: read it whole
     inp = state.inp
-    body = inp.body
-    if body is not None and not isinstance(body, bytes):
-        # the key hashes the body: read it whole (bounded like any body treg must read), then relay it
-        body = await buffer_body(body, svc.settings.json_body_max_bytes)
-        state.inp = inp = replace(inp, body=body, content_length=len(body))
     material = key_material(endpoint_id=endpoint_id, method=inp.method, query=split_query(inp.raw_query),
                             body=body or b"", org_id=org_id, credential=credential_of(target),
                             bindings=target.bindings)
@@ -171,41 +166,19 @@ def _cache_price(policy: ArchivePolicy, state: "CallState", answer: object) -> i
 
 
 async def _hit_outcome(svc: Services, state: "CallState", plan: ArchivePlan, entry: store.Entry) -> "CallOutcome":
-    from treg.call.record import audit
-    from treg.call.state import CallOutcome
-
     answer = await metered.answer_evidence(entry.body, ())
     c = classifier(svc, state)
     if c is not None:
         state.result_state, state.result_reason = c.explain(answer)
     stored = ([("Content-Type", entry.content_type)] if entry.content_type else []) + [hdr.NOSNIFF, hdr.SANDBOX]
-    if state.claim is not None:
-        # stored for a replay before settling, as the settle stage does (a crash between leaves a free call)
-        await idempotency.complete(svc, state.claim, entry.status, stored, entry.body)
-        state.claim = None
+    await state.store_for_replay(svc, entry.status, stored, entry.body)  # before settling, as settle does
     if state.hold is not None:
         await state.close_money(svc, settle_micro=_cache_price(plan.policy, state, answer))
     state.cache_state = HIT
     body = entry.body
-    headers = stored + [("Content-Length", str(len(body))), ("X-Treg-Cache", HIT),
-                        ("X-Treg-Cache-Age", str(entry.age_s))]
-    headers += list(catalog_stage.tier_headers(state.target, state.cost_micro).items())
-
-    async def gen() -> AsyncIterator[bytes]:
-        if body:
-            yield body
-
-    def finish(sent: int, error: BaseException | None) -> None:
-        if state.audited:
-            return
-        state.audited = True
-        outcome = "ok" if error is None else "cancelled"
-        audit(svc, state.record(outcome=outcome, status=entry.status, response_bytes=sent,
-                                request_bytes=state.inp.content_length))
-
-    return CallOutcome(status=entry.status, reason="", headers=headers, body=gen(), close=lambda: None,
-                       finish=finish, content_length=len(body), has_content_type=entry.content_type is not None,
-                       has_server=False, whole=body)
+    headers = [*stored, ("Content-Length", str(len(body))), *state.catalog_headers(state.cost_micro),
+               ("X-Treg-Cache-Age", str(entry.age_s))]  # X-Treg-Cache: hit is among the catalog's
+    return CallOutcome.whole_answer(entry.status, headers, body, answered(svc, state, entry.status))
 
 
 def encodings_applied(resp: UpstreamResponse) -> bool:
@@ -318,8 +291,3 @@ async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResp
                 yield chunk
 
     return replay()
-
-
-def answer_headers(state: "CallState") -> list[tuple[str, str]]:
-    """``X-Treg-Cache`` of an answer the archive took part in (none when it did not)."""
-    return [("X-Treg-Cache", state.cache_state)] if state.cache_state is not None else []

@@ -20,7 +20,7 @@ import orjson
 from sqlalchemy import BigInteger
 from sqlalchemy.dialects.postgresql import JSONB
 
-from treg.call.types import CallRecord
+from treg.call_record import CallRecord
 from treg.context import Services
 from treg.errors import TregError
 from treg.infra.schema import calls, tokens

@@ -1,20 +1,22 @@
 """Capacity stage: the platform tier's breaker and burst smoothing wired into a call (docs/resilience.md).
 
-Only calls on treg's own vendor key (``credential_tier == "platform"``) pass through here; the own,
-team and anonymous tiers return at the first line of every function: a team's own key running dry is
-the team's own answer. Where each part runs in :func:`treg.call.service.execute`:
+Only calls on treg's own vendor key (``credential_tier == "platform"``) pass through here; for the own,
+team and anonymous tiers every function returns at its first line (a team's own key running dry is
+the team's own answer), and :func:`send` is not called at all (``service.execute`` sends every other call
+with the relay's plain send). Where each part runs in :func:`treg.call.service.execute`:
 
 * :func:`check_lock`, after authorize and before reserve: a call whose provider (``balance``) or
   endpoint (``quota``) is locked is refused with 503 ``provider_capacity`` before any idempotency
   claim or hold, unless it takes the lock's probe slot. The lock is read from the process's in-memory
   :class:`~treg.capacity.breaker.LockView`: an unlocked provider costs no query;
-* :func:`send`, in place of the relay's send: the spacer's wait (the hold is already placed, no
-  database connection is held while waiting), then the send, then at most one re-send of a short
-  ``burst`` 429 on a body-less GET/HEAD;
+* :func:`send`, in place of the relay's send on the platform tier only: the spacer's wait (the hold is
+  already placed, no database connection is held while waiting), then the send, then at most one re-send
+  of a short ``burst`` 429 on a body-less GET/HEAD;
 * :func:`after_answer`, from the settle stage once the hold was settled or released: the answer
   classified, a ``balance``/``quota`` strike or a 2xx (a probe's 2xx clears its lock) written on the
-  breaker's own short transaction, never while the upstream is awaited; it returns the answer's
-  ``X-Treg-Capacity-Probe`` / ``X-Treg-Smoothed`` headers.
+  breaker's own short transaction, never while the upstream is awaited. The answer's
+  ``X-Treg-Capacity-Probe`` / ``X-Treg-Smoothed`` are among the catalog's headers
+  (``CallState.catalog_headers``).
 """
 
 from __future__ import annotations
@@ -28,20 +30,18 @@ from treg.call import encodings, evidence, relay
 from treg.capacity.classify import BODY_HEAD_BYTES, Signal, Unrecorded, classify
 from treg.capacity.errors import ProviderCapacity
 from treg.catalog.alternatives import alternatives
-from treg.catalog.ladder import load_org_credentials
 from treg.catalog.model import Endpoint
 from treg.catalog.tiers import OrgCredentials
 from treg.context import Services
 from treg.errors import TregError
 from treg.infra.upstream import UpstreamResponse
+from treg.org_data import load_org_credentials
 
 if TYPE_CHECKING:
     from treg.call.state import CallState
 
 log = logging.getLogger(__name__)
 
-PROBE_HEADER = "X-Treg-Capacity-Probe"
-SMOOTHED_HEADER = "X-Treg-Smoothed"
 #: the most app shutdown waits for the lock view's listener to stop
 STOP_TIMEOUT_S = 5.0
 #: the methods whose burst 429 is re-sent once (nothing they carry can be applied twice)
@@ -103,9 +103,7 @@ def open_alternatives(svc: Services, endpoint: Endpoint, creds: OrgCredentials) 
 # -- the send: spacer, then at most one re-send ----------------------------------------------------
 
 async def send(svc: Services, state: "CallState") -> UpstreamResponse:
-    """The relay's send; on the platform tier spaced per provider and a short burst 429 re-sent once."""
-    if not _platform(state):
-        return await relay.send(svc, state)
+    """The relay's send of a platform-tier call, spaced per provider, and a short burst 429 re-sent once."""
     t = state.target
     assert t is not None
     waited = await svc.spacer.wait(t.provider or "", t.catalog.rate_limit)
@@ -162,12 +160,10 @@ def classify_answer(svc: Services, state: "CallState", resp: UpstreamResponse, b
     return state.capacity_signal
 
 
-async def after_answer(svc: Services, state: "CallState", resp: UpstreamResponse,
-                       body_head: bytes) -> list[tuple[str, str]]:
-    """After the hold was settled or released: the breaker learns from the answer; returns the headers
-    the caller's answer gets (the vendor's own are relayed unchanged)."""
+async def after_answer(svc: Services, state: "CallState", resp: UpstreamResponse, body_head: bytes) -> None:
+    """After the hold was settled or released: the breaker learns from the answer."""
     if not _platform(state):
-        return []
+        return
     t = state.target
     assert t is not None
     provider, endpoint = t.provider or "", t.endpoint_id
@@ -184,7 +180,6 @@ async def after_answer(svc: Services, state: "CallState", resp: UpstreamResponse
         elif isinstance(sig, Signal) and sig.strikes:
             # while locked this is "already_locked": a failure never extends a lock
             await _written("strike", lambda: svc.breaker.strike(sig.kind, provider, endpoint, sig.resets_at))
-    return answer_headers(state)
 
 
 async def _written(what: str, write: Callable[[], Awaitable[Any]]) -> None:
@@ -194,15 +189,6 @@ async def _written(what: str, write: Callable[[], Awaitable[Any]]) -> None:
         await write()
     except TregError as exc:
         log.warning("capacity %s not recorded (%s)", what, exc.code)
-
-
-def answer_headers(state: "CallState") -> list[tuple[str, str]]:
-    out = []
-    if state.capacity_probe is not None:
-        out.append((PROBE_HEADER, "1"))
-    if state.smoothed:
-        out.append((SMOOTHED_HEADER, ", ".join(state.smoothed)))
-    return out
 
 
 # -- the process's part: the lock view's listener, the gauge ----------------------------------------

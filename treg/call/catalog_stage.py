@@ -1,7 +1,7 @@
 """Resolve stage, catalog half: ``/catalog/call/<id>`` and the ``/call/<name>`` named-miss fall-through.
 
-The catalog package decides (pure functions + one short read of the org's provider credentials);
-this module only turns its :class:`~treg.catalog.ladder.CatalogTarget` into the pipeline's
+The catalog package decides (pure functions, given what the org holds: ``treg/org_data.py``'s cached
+read); this module only turns its :class:`~treg.catalog.ladder.CatalogTarget` into the pipeline's
 :class:`ResolvedTarget`, so everything after resolution (ACL, deny rules, money, relay, audit) is shared
 with own-tool calls.
 """
@@ -13,47 +13,43 @@ from typing import Any
 from treg import idempotency
 from treg.call import demo
 from treg.call.injection import provider_plan
-from treg.call.org_tools import org_tools, usable
-from treg.call.relay import buffer_body
 from treg.call.resources import call_pin
-from treg.call.types import CallInput, ResolvedTarget, split_query
+from treg.call.state import CallState
+from treg.call.types import ResolvedTarget
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
-from treg.catalog.ladder import load_org_credentials, plan_call
+from treg.catalog.ladder import plan_call
 from treg.catalog.enforce import check_request
 from treg.catalog.model import Endpoint
 from treg.context import Services
 from treg.oauth import credentials as oauth
 from treg.errors import TregError
 from treg.identity import Identity
+from treg.org_data import load_org_credentials, org_tools, usable
+from treg.query import split_query
 
 
-async def _request_body(svc: Services, inp: CallInput, endpoint: Endpoint) -> tuple[CallInput, bytes | None]:
-    """The whole body when a check must read it (buffered once, bounded); else leave it streaming."""
-    if inp.body is None:
-        return inp, None
-    if isinstance(inp.body, bytes):
-        return inp, inp.body
-    if not endpoint.needs_body:
-        return inp, None
-    from dataclasses import replace
-
-    raw = await buffer_body(inp.body, svc.settings.json_body_max_bytes)
-    return replace(inp, body=raw, content_length=len(raw)), raw
+async def _request_body(svc: Services, state: CallState, endpoint: Endpoint) -> bytes | None:
+    """The whole body when a check must read it (read once, bounded); else it keeps streaming."""
+    body = state.inp.body
+    if body is None or isinstance(body, bytes):
+        return body
+    return await state.read_body(svc.settings.json_body_max_bytes) if endpoint.needs_body else None
 
 
-async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: Endpoint,
-                     surface: str) -> tuple[CallInput, ResolvedTarget]:
+async def target_for(svc: Services, ident: Identity, state: CallState, endpoint: Endpoint,
+                     surface: str) -> ResolvedTarget:
     if endpoint.route is not None:  # treg.<capability>: no ladder of its own (treg/call/routed.py runs it)
         if ident.is_demo:
             raise demo.routed(endpoint.id)
-        return inp, ResolvedTarget(upstream_url="", query=(), tool=None, bindings=(), provider=endpoint.provider,
-                                   endpoint_id=endpoint.id, routed=endpoint.route)
+        return ResolvedTarget(upstream_url="", query=(), tool=None, bindings=(), provider=endpoint.provider,
+                              endpoint_id=endpoint.id, routed=endpoint.route)
     registry = svc.catalog
     # a public demo's call sees none of the org's credentials: anonymous or platform only (demo.py)
     creds = demo.credentials(ident) if ident.is_demo else await load_org_credentials(svc, ident, [endpoint.provider])
     lookup.ensure_live(registry, endpoint, svc.settings, creds)
-    inp, body = await _request_body(svc, inp, endpoint)
+    body = await _request_body(svc, state, endpoint)
+    inp = state.inp
     checked = check_request(endpoint, method=inp.method, query=split_query(inp.raw_query), body=body, surface=surface)
     try:
         cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
@@ -78,27 +74,27 @@ async def target_for(svc: Services, ident: Identity, inp: CallInput, endpoint: E
         # one shared provider account: the upstream sees a digest of (org, label), never the label
         extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key,
                                                                          call_pin(inp))))
-    return inp, ResolvedTarget(
+    return ResolvedTarget(
         upstream_url=base, query=tuple(split_query(fixed_query)) + tuple(cat.query), tool=tool,
         bindings=cat.bindings, provider=cat.provider.id, credential_tier=cat.tier, endpoint_id=endpoint.id,
         extra_headers=tuple(extra), billed=cat.billed, catalog=cat, plan=plan)
 
 
-async def resolve_catalog_surface(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
+async def resolve_catalog_surface(svc: Services, ident: Identity, state: CallState) -> ResolvedTarget:
     """``/catalog/call/<id>`` (and ``/table/<id>``): exact endpoint ids only; no org tool can shadow one."""
-    endpoint = lookup.resolve_catalog_call(svc.catalog, inp.rest)
-    return await target_for(svc, ident, inp, endpoint, "/table" if inp.surface == "table" else "/catalog/call")
+    endpoint = lookup.resolve_catalog_call(svc.catalog, state.inp.rest)
+    return await target_for(svc, ident, state, endpoint, "/table" if state.inp.surface == "table" else "/catalog/call")
 
 
-async def named_miss(svc: Services, ident: Identity, inp: CallInput, name: str,
-                     path: str | None) -> tuple[CallInput, ResolvedTarget] | None:
+async def named_miss(svc: Services, ident: Identity, state: CallState, name: str,
+                     path: str | None) -> ResolvedTarget | None:
     """``/call/<name>`` found no org tool: an exact catalog id is that endpoint (a path behind it: 400).
     None: not a catalog id; the resolver answers its own 404 (see :func:`final_miss`)."""
-    endpoint = lookup.resolve_named_miss(svc.catalog, inp.rest)
+    endpoint = lookup.resolve_named_miss(svc.catalog, state.inp.rest)
     if endpoint is None:
         return None
     try:
-        return await target_for(svc, ident, inp, endpoint, "/call")
+        return await target_for(svc, ident, state, endpoint, "/call")
     except NoCredential as exc:
         # a connected tool sharing the dotted name's first segment is the likelier intent
         first = name.split(".", 1)[0]
@@ -111,16 +107,6 @@ async def named_miss(svc: Services, ident: Identity, inp: CallInput, name: str,
 def final_miss(svc: Services, name: str) -> TregError | None:
     """Every shape missed: a dotted, catalog-looking name gets endpoint_not_found with did_you_mean."""
     return lookup.named_miss_error(svc.catalog, name)
-
-
-def tier_headers(target: ResolvedTarget | None, cost_micro: int = 0, *, cost: bool = True) -> dict[str, str]:
-    """Every answer of a catalog call that reached the ladder carries its tier and cost (``cost`` False:
-    not known yet, an async submission's hold is still open)."""
-    if target is None or target.catalog is None:
-        return {}
-    if not cost:
-        return {"X-Treg-Credential-Tier": str(target.credential_tier)}
-    return {"X-Treg-Credential-Tier": str(target.credential_tier), "X-Treg-Cost-Micro": str(int(cost_micro))}
 
 
 def settle_amount(target: ResolvedTarget, answer: Any) -> int:

@@ -16,18 +16,16 @@ its limits' state in PostgreSQL: treg/public_demo.py). A call made with a ``demo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from treg import forwarded, public_demo
 from treg.authentication import DEMO_HEADER, demo_refusal
+from treg.call.state import CallOutcome, CallState
 from treg.call.types import CallInput, ResolvedTarget
 from treg.catalog.tiers import OrgCredentials
 from treg.context import Services
 from treg.errors import SsrfRefused, TregError
 from treg.identity import Identity
-
-if TYPE_CHECKING:  # the state module imports the record stage, which imports the resolve stage's catalog half
-    from treg.call.state import CallOutcome, CallState
 
 #: the tiers a demo call may run on: treg's key, or none
 TIERS = ("platform", "anonymous")

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus
 
 from treg import money
-from treg.call.types import split_query
 from treg.catalog.errors import InvalidParameters
 from treg.catalog.placeholders import decode_query_value
 from treg.context import Services
 from treg.errors import Forbidden, NotFound, TregError
 from treg.jobs import store
-from treg.jobs.spec import JobTerms, Submission, Utility, UtilityUse, value_at
+from treg.query import split_query
+from treg.catalog.async_jobs import JobTerms, Submission, Utility, UtilityUse, value_at
 
 if TYPE_CHECKING:
     from treg.call.state import CallState

@@ -22,20 +22,19 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import IO, Any, AsyncIterator, Iterable, Sequence
 
 from treg import jsonpath
 from treg.call import encodings
+from treg.call.bodies import read_bounded
 from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
+from treg.spool_budget import SpoolBudget
 
 BUFFER_MAX = 8 * 1024 * 1024
 SPOOL_MAX = 64 * 1024 * 1024
-SPOOL_BUDGET = 512 * 1024 * 1024
-SPOOL_PARSE_CONCURRENCY = 2
 SPOOL_READ = 256 * 1024
 #: the most a compressed buffered answer is inflated to for its evidence (not for the caller)
 EVIDENCE_DECODED_MAX = 16 * 1024 * 1024
@@ -49,39 +48,12 @@ def _limit_error(detail: str) -> GatewayFailed:
 
 async def buffer_answer(resp: UpstreamResponse, limit: int | None = None) -> bytes:
     limit = BUFFER_MAX if limit is None else limit
-    parts: list[bytes] = []
-    size = 0
     try:
-        async for chunk in resp.body:
-            size += len(chunk)
-            if size > limit:
-                raise _limit_error(f"the provider's answer is larger than {limit} bytes, the most treg reads "
-                                   "to settle a metered call; nothing was charged")
-            parts.append(chunk)
+        return await read_bounded(resp.body, limit, lambda: _limit_error(
+            f"the provider's answer is larger than {limit} bytes, the most treg reads to settle a metered call; "
+            "nothing was charged"))
     finally:
         resp.close()  # a no-op after a full read
-    return b"".join(parts)
-
-
-class SpoolBudget:
-    """Bytes the spools of one process may hold at once."""
-
-    def __init__(self, total: int | None = None, parse_concurrency: int = SPOOL_PARSE_CONCURRENCY) -> None:
-        self.total = SPOOL_BUDGET if total is None else total
-        self.used = 0
-        self._lock = threading.Lock()  # released from weakref finalizers too
-        self.parse_gate = asyncio.Semaphore(parse_concurrency)
-
-    def claim(self, n: int) -> bool:
-        with self._lock:
-            if self.used + n > self.total:
-                return False
-            self.used += n
-            return True
-
-    def give_back(self, n: int) -> None:
-        with self._lock:
-            self.used = max(0, self.used - n)
 
 
 @dataclass

@@ -27,29 +27,30 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import unquote, unquote_plus
 
 from sqlalchemy import select
 
-from treg import idempotency, money
-from treg.call import capacity_stage, catalog_stage, demo, evidence
-from treg.call.relay import buffer_body
-from treg.call.types import CallRecord, split_query
+from treg import money
+from treg.call import capacity_stage, demo, evidence
+from treg.call.record import answered, audit
+from treg.call.state import CallOutcome, CallState
 from treg.capacity.classify import Signal
 from treg.capacity.errors import ProviderCapacity
 from treg.catalog.enforce import check_request
-from treg.catalog.ladder import load_org_credentials
+from treg.call_record import CallRecord
 from treg.context import Services
 from treg.infra.schema import orgs
 from treg.infra.upstream import NotServing
 from treg.overflow import aggregator as agg
 from treg.overflow.aggregator import OverflowInput, OverflowResult, OverflowRoute
-from treg.overflow.outcome import Verdict, judge
+from treg.call.overflow_outcome import Verdict, judge
+from treg.org_data import load_org_credentials
 from treg.overflow.store import OverflowStore
+from treg.query import split_query
 
 if TYPE_CHECKING:
-    from treg.call.state import CallOutcome, CallState
     from treg.capacity.breaker import Lock
     from treg.infra.upstream import UpstreamResponse
 
@@ -114,8 +115,7 @@ class Attempt:
             return
         self.took_over = True
         if self.direct_row is not None:
-            svc.audit.record(self.direct_row)
-            svc.metrics.observe_call(self.direct_row)
+            audit(svc, self.direct_row, event=False)
 
     def retarget(self, rec: CallRecord) -> CallRecord:
         """A row of the call as this attempt's once it took over (``CallState.record`` calls this)."""
@@ -343,10 +343,8 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
         if verdict.refused and lock is None:
             # the aggregator refused this request: the vendor's direct answer stands; the refused attempt
             # keeps its own row (no event: the direct answer has the call's one)
-            rec = attempt.row(state.record(outcome="refused", status=result.aggregator_status,
-                                           refused_by="overflow"))
-            svc.audit.record(rec)
-            svc.metrics.observe_call(rec)
+            audit(svc, attempt.row(state.record(outcome="refused", status=result.aggregator_status,
+                                                refused_by="overflow")), event=False)
             state.overflow = None
             return None
         attempt.take_over(svc)
@@ -359,34 +357,16 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
 
 async def _served(svc: Services, state: "CallState", attempt: Attempt, result: OverflowResult,
                   verdict: Verdict) -> "CallOutcome":
-    from treg.call.state import CallOutcome  # the state module imports the record stage, which is ours to feed
-
     status = int(result.vendor_status or 200)
     body = result.vendor_bytes()
     ctype = "text/plain; charset=utf-8" if isinstance(result.vendor_body, str) else "application/json"
-    if state.claim is not None:
-        # stored BEFORE settling (as the settle stage does): a crash between leaves a hold the reaper releases
-        await idempotency.complete(svc, state.claim, status, [("Content-Type", ctype)], body)
-        state.claim = None
+    # stored BEFORE settling (as the settle stage does): a crash between leaves a hold the reaper releases
+    await state.store_for_replay(svc, status, [("Content-Type", ctype)], body)
     await attempt.close(svc, settle_micro=verdict.charge_micro)
     attempt.take_over(svc)
     headers = [("Content-Type", ctype), ("Content-Length", str(len(body))),
-               ("X-Treg-Served-Via", attempt.served_via)]
-    headers += list(catalog_stage.tier_headers(state.target, attempt.cost_micro).items())
-
-    async def gen() -> AsyncIterator[bytes]:
-        if body:
-            yield body
-
-    from treg.call.record import audit, ended_as, finish_once
-
-    def record_answer(sent: int, error: BaseException | None) -> None:
-        audit(svc, state.record(outcome=ended_as(status, error), status=status, response_bytes=sent,
-                                request_bytes=state.inp.content_length,
-                                blame="upstream" if status >= 400 else None))
-
-    return CallOutcome(status=status, reason="", headers=headers, body=gen(), close=lambda: None,
-                       finish=finish_once(state, record_answer), content_length=len(body), whole=body)
+               ("X-Treg-Served-Via", attempt.served_via), *state.catalog_headers(attempt.cost_micro)]
+    return CallOutcome.whole_answer(status, headers, body, answered(svc, state, status), relayed=False)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -406,16 +386,12 @@ async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None"
     exc = ProviderCapacity(provider=t.provider or endpoint.provider, endpoint=t.endpoint_id, kind=kind,
                            resets_at=resets, alternatives=capacity_stage.open_alternatives(svc, endpoint, creds),
                            overflow_refused=refused)
-    exc.headers.update(catalog_stage.tier_headers(t))
-    return exc
+    return exc  # the call's one exit adds its catalog headers
 
 
 async def _keep_body(svc: Services, state: "CallState") -> None:
-    """Buffer a streamed body (bounded) so an overflow after the direct answer can send it again."""
-    from dataclasses import replace
-
-    body = await buffer_body(state.inp.body, svc.settings.json_body_max_bytes)  # type: ignore[arg-type]
-    state.inp = replace(state.inp, body=body, content_length=len(body))
+    """Read a streamed body (bounded) so an overflow after the direct answer can send it again."""
+    await state.read_body(svc.settings.json_body_max_bytes)
 
 
 async def setup(app: Any, svc: Services) -> Any:

@@ -2,7 +2,8 @@
 audit writer, ``treg/call/audit.py``) and one ``tool_called`` event, exactly once, however it ended.
 
 * a relayed answer is recorded by its outcome's ``finish`` (:func:`finisher`), called by the edge when
-  streaming ended;
+  streaming ended; an answer treg has whole (a replay, an archive hit, an overflow's or a routed call's)
+  by :func:`answered`'s;
 * every exceptional exit goes through :func:`exit_call`, the one unwind: the upstream answer closed,
   the hold and the idempotency claim given back, the failure recorded with redacted evidence.
 """
@@ -12,76 +13,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-from typing import TYPE_CHECKING, Any, Callable
-
 from treg import idempotency
-from treg.call import capacity_stage, catalog_stage, demo, evidence, headers as hdr
-from treg.call.target import mask_userinfo
-from treg.call.types import USER_AGENT_MAX, CallRecord
+from treg.call import demo, evidence
+from treg.call.state import CallState, Finish
+from treg.call_record import CallRecord
 from treg.context import Services
 from treg.errors import DbPoolExhausted, SsrfRefused, TregError
 from treg.events import Event
-from treg.identity import DEMO
 from treg.infra.upstream import UpstreamResponse
-from treg.oauth.credentials import credential_kind
 from treg.plugins import call_hook, has_impls
 
-if TYPE_CHECKING:
-    from treg.call.state import CallState
 
-
-def call_record(state: "CallState", *, outcome: str, status: int | None, refused_by: str | None = None,
-                error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
-                response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
-                error_response: dict[str, Any] | None = None, failure_kind: str | None = None,
-                kind: str | None = None) -> CallRecord:
-    """The audit row (``CallState.record``), with the optional columns a stage knows.
-
-    A speed trick, kept on purpose (docs/performance.md): the columns come in as named parameters (a
-    misspelt one is a TypeError, and no keyword dict is built per call) and go out positionally, in
-    :class:`CallRecord`'s field order, since this runs on every call."""
-    assert state.ident is not None
-    t = state.target
-    inp = state.inp
-    tool = t.tool if t else None
-    rec = CallRecord(
-        inp.call_id, state.ident.org_id, state.ident.member_id, inp.surface, inp.method,
-        mask_userinfo(state.masked(inp.rest[:2000]), evidence.MASK), outcome, status,
-        evidence.redact_url(t.upstream_url, state.redactor if state.secret_values else evidence.NO_SECRETS)
-        if t else None,
-        tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
-        t.endpoint_id if t else None, refused_by, error_code, blame,
-        t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
-        response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
-        error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
-        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
-        *(credential_kind(t.bindings) if t else (None, None)), state.ident.scope == DEMO,
-        inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
-        ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
-    # once an overflow attempt took the answer over, the call's further rows are that attempt's
-    return rec if state.overflow is None else state.overflow.retarget(rec)
-
-
-def request_evidence(state: "CallState") -> dict[str, Any] | None:
-    """What was sent (or would have been), redacted, for a failed call's row."""
-    if state.prepared is not None:
-        r = state.prepared.request
-        return evidence.request_evidence(r.method, r.url, r.headers, r.body if isinstance(r.body, bytes) else None,
-                                         state.prepared.body_kept, state.redactor)
-    if state.target is not None:
-        body = state.inp.body if isinstance(state.inp.body, bytes) else None
-        return evidence.request_evidence(state.inp.method, state.target.full_url,
-                                         hdr.request_headers(state.inp.headers), body, body is not None,
-                                         state.redactor)
-    return None
-
-
-def audit(svc: Services, rec: CallRecord) -> None:
-    """Queue the row, then tell the ``treg_event`` observers (``tool_called``), if there are any."""
+def audit(svc: Services, rec: CallRecord, *, event: bool = True) -> None:
+    """Queue the row (and count it in the metrics), then tell the ``treg_event`` observers (``tool_called``),
+    if there are any. ``event`` False: a row of a call whose one event another row carries (an
+    overflowed call's direct attempt, treg/call/overflow_stage.py)."""
     svc.audit.record(rec)
     svc.metrics.observe_call(rec)
-    if not has_impls(svc.pm, "treg_event"):
+    if not event or not has_impls(svc.pm, "treg_event"):
         return  # no observer: do not build an event nobody reads
     call_hook(svc.pm, "treg_event", event=Event("tool_called", {
         "call_id": rec.id, "org_id": rec.org_id, "member_id": rec.member_id, "surface": rec.surface,
@@ -103,7 +52,7 @@ def _unexpected() -> TregError:
                      blame="treg")
 
 
-def _failure_record(state: "CallState", exc: TregError, failure_kind: str | None = None) -> CallRecord:
+def _failure_record(state: CallState, exc: TregError, failure_kind: str | None = None) -> CallRecord:
     refused = exc.refused_by is not None or exc.status < 500 or isinstance(exc, SsrfRefused)
     err_req = state.request_evidence()
     err_resp = None
@@ -117,7 +66,7 @@ def _failure_record(state: "CallState", exc: TregError, failure_kind: str | None
                         error_response=err_resp, failure_kind=failure_kind)
 
 
-async def _unwind(svc: Services, state: "CallState", exc: BaseException) -> None:
+async def _unwind(svc: Services, state: CallState, exc: BaseException) -> None:
     """Release the hold, give the label back, and a refused demo call's hour (shielded from cancellation:
     a cancelled call must still close its money; the reaper is the last resort)."""
     async def work() -> None:
@@ -136,7 +85,7 @@ async def _unwind(svc: Services, state: "CallState", exc: BaseException) -> None
         await asyncio.shield(work())
 
 
-async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> None:
+async def exit_call(svc: Services, state: CallState, exc: BaseException) -> None:
     """An exceptional exit of an identified call, at any stage, recorded once: the upstream answer (if
     one arrived) closed, the hold and the claim given back, the audit row queued: a TregError as
     itself, any other exception as treg's ``unexpected_exception``, a cancellation (or a caller gone)
@@ -150,8 +99,7 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
         if not state.audited:
             state.audited = True
             if isinstance(exc, TregError):
-                exc.headers.update(catalog_stage.tier_headers(state.target))
-                exc.headers.update(capacity_stage.answer_headers(state))
+                exc.headers.update(state.catalog_headers(0))  # a refusal or failure is charged nothing
                 exc.headers.update(demo.refusal_headers(state))  # X-Treg-Demo: 1 on a demo call's refusal
                 audit(svc, _failure_record(state, exc))
             elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
@@ -159,9 +107,6 @@ async def exit_call(svc: Services, state: "CallState", exc: BaseException) -> No
                 audit(svc, _failure_record(state, _unexpected(), failure_kind="unexpected_exception"))
             else:
                 audit(svc, state.record(outcome="cancelled", status=resp.status if resp is not None else None))
-
-
-Finish = Callable[[int, BaseException | None], None]
 
 
 def ended_as(status: int, error: BaseException | None) -> str:
@@ -172,7 +117,7 @@ def ended_as(status: int, error: BaseException | None) -> str:
     return "ok" if status < 400 else "upstream_error"
 
 
-def finish_once(state: "CallState", record_answer: Finish) -> Finish:
+def finish_once(state: CallState, record_answer: Finish) -> Finish:
     """An outcome's ``finish``: ``record_answer(sent, error)`` run once however often the edge calls it,
     and the call counted as audited (an exit after it records nothing more)."""
     finished = False
@@ -188,7 +133,7 @@ def finish_once(state: "CallState", record_answer: Finish) -> Finish:
     return finish
 
 
-def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
+def finisher(svc: Services, state: CallState, resp: UpstreamResponse,
              err_head: tuple[bytes, bool] | None) -> Finish:
     """The outcome's ``finish``: records the relayed answer once streaming ended (``err_head``: the head
     of a failed answer, kept as evidence)."""
@@ -209,3 +154,22 @@ def finisher(svc: Services, state: "CallState", resp: UpstreamResponse,
                                 blame="upstream" if resp.status >= 400 else None))
 
     return finish_once(state, record_answer)
+
+
+def answered(svc: Services, state: CallState, status: int, *, replayed: bool = False) -> Finish:
+    """The ``finish`` of an answer treg has whole (``CallOutcome.whole_answer``: an archive hit, an
+    overflow's or a routed call's answer, a replay): its one audit row once streaming ended, as
+    :func:`finisher` records a relayed one (nothing of it is kept as evidence). ``replayed``: an
+    idempotent replay, recorded as such."""
+    def finish(sent: int, error: BaseException | None) -> None:
+        if state.audited:
+            return
+        state.audited = True
+        if replayed:
+            audit(svc, state.record(outcome="replayed", status=status, response_bytes=sent))
+        else:
+            audit(svc, state.record(outcome=ended_as(status, error), status=status, response_bytes=sent,
+                                    request_bytes=state.inp.content_length,
+                                    blame="upstream" if status >= 400 else None))
+
+    return finish

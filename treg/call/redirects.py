@@ -45,12 +45,14 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from treg import uri_grammar
 from treg.call.target import parse_rest
-from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
+from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
 from treg.errors import NotFound
 from treg.frozen import frozen_value
 from treg.identity import Identity
+from treg.org_data import ToolRef
 from treg.origin import path_prefix
+from treg.query import split_query
 
 #: relayed header → the treg header that keeps the upstream's own value (upstream X-Treg-* never pass)
 KEPT_AS = {"location": "X-Treg-Upstream-Location", "content-location": "X-Treg-Upstream-Content-Location"}

@@ -12,99 +12,24 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import field
-from typing import TYPE_CHECKING, Any, AsyncIterable
+from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
-from sqlalchemy import select
 
-from treg.bindings import Binding, OutgoingRequest
+from treg.bindings import Binding, OutgoingRequest, compile_plan
 from treg.call import headers as hdr
-from treg.call.evidence import Redactor
-from treg.call.injection import compile_plan
+from treg.call.bodies import buffer_body
 from treg.call.target import ensure_dials
-from treg.call.types import CallInput, ResolvedTarget
+from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
-from treg.frozen import frozen_value
 from treg.infra import upstream
-from treg.infra.crypto import DecryptError
-from treg.infra.schema import secrets
 from treg.infra.upstream import UpstreamRequest, UpstreamResponse
-from treg.memo import BoundedMemo
 from treg.oauth import credentials as oauth
+from treg.org_data import OrgSecrets, org_secret_rows, secret_missing
 
 if TYPE_CHECKING:
     from treg.call.state import CallState
-
-
-class OrgSecrets:
-    """An org's encrypted secret rows as cached and, beside them, what calls derive from them: the
-    decrypted values and the evidence redactors of the values injected together.
-
-    The derived values live exactly as long as the cached rows: a change to any secret of the org
-    (LISTEN/NOTIFY) or the cache's TTL drops the whole object, so no plaintext outlives its row in the
-    cache; with the caches off (listener down) every call loads a fresh object and nothing is kept.
-    Why keep plaintext at all: decrypting on every call and rebuilding a redactor's encoded variants
-    cost a tenth of a call's CPU (a speed trick: docs/performance.md); the values sit in this process's memory during
-    each call anyway, and this extends that to the cache's lifetime (``TREG_CACHE_TTL_S``). Never
-    logged: the object has no repr of its contents."""
-
-    __slots__ = ("rows", "_values", "_redactors")
-
-    def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
-        self.rows = rows
-        #: (secret id, field) → plaintext: at most one per row (field) of the org
-        self._values: dict[tuple[str, str | None], str] = {}
-        #: the values injected together → their redactor; bounded: tools x platform keys of one org
-        self._redactors: BoundedMemo[tuple[str, ...], Redactor] = BoundedMemo(64)
-
-    def __repr__(self) -> str:
-        return f"<OrgSecrets {len(self.rows)} rows>"
-
-    def value(self, svc: Services, binding: Binding) -> str:
-        key = (binding.secret_id or "", binding.secret_field)
-        value = self._values.get(key)
-        if value is None:
-            value = _decrypt_value(svc, binding, self.rows)  # a failure is not kept: the next call tries again
-            self._values[key] = value
-        return value
-
-    def redactor(self, values: tuple[str, ...]) -> Redactor:
-        found = self._redactors.get(values)
-        return found if found is not None else self._redactors.put(values, Redactor.for_values(values))
-
-
-@frozen_value
-class PreparedRequest:
-    request: UpstreamRequest
-    #: every credential value injected (for evidence redaction), never logged nor in a repr
-    secret_values: tuple[str, ...] = field(repr=False)
-    body_kept: bool  # the body is buffered bytes (evidence may keep it)
-    #: memoizes the values' redactor: the org's secrets they came from, or the platform settings' memo
-    #: (None: nothing injected)
-    secrets: OrgSecrets | None = None
-    #: the OAuth connections whose tokens were injected, as (id, token version): an upstream 401 marks
-    #: exactly those tokens stale (docs/oauth.md)
-    connections: tuple[tuple[str, int], ...] = ()
-
-    def redactor(self) -> Redactor:
-        if self.secrets is not None:
-            return self.secrets.redactor(self.secret_values)
-        return Redactor.for_values(self.secret_values)
-
-
-async def org_secret_rows(svc: Services, org_id: str) -> OrgSecrets:
-    """The org's encrypted secret rows by id (cached; decrypted at first injection, see OrgSecrets)."""
-    async def load() -> OrgSecrets:
-        async with svc.db.tx() as tx:
-            rows = await tx.fetch_all(select(secrets.c.id, secrets.c.org_id, secrets.c.blob, secrets.c.is_json,
-                                             secrets.c.provider, secrets.c.created_at)
-                                      .where(secrets.c.org_id == org_id))
-        return OrgSecrets({r["id"]: r for r in rows})
-
-    cache = svc.caches.secrets
-    return cache.get(("secrets", org_id)) or await cache.get_or_load(("secrets", org_id), org_id, load)
 
 
 def _secret_value(svc: Services, binding: Binding, stored: OrgSecrets | None, *, own_tool: bool) -> str:
@@ -121,35 +46,8 @@ def _secret_value(svc: Services, binding: Binding, stored: OrgSecrets | None, *,
     if binding.is_literal:
         return ""
     if stored is None:  # a binding naming no secret at all: as missing as a deleted one
-        raise _secret_missing()
+        raise secret_missing()
     return stored.value(svc, binding)
-
-
-def _secret_missing() -> GatewayFailed:
-    return GatewayFailed("a credential this tool binds no longer exists; an admin must fix the tool",
-                         code="secret_missing", blame="org_connection")
-
-
-def _decrypt_value(svc: Services, binding: Binding, rows: dict[str, dict[str, Any]]) -> str:
-    row = rows.get(binding.secret_id or "")
-    if row is None:
-        raise _secret_missing()
-    try:
-        raw = svc.box.decrypt(row["blob"], org_id=row["org_id"], secret_id=row["id"])
-    except DecryptError as exc:
-        raise GatewayFailed(exc.detail, code="secret_undecryptable", blame="treg") from exc
-    if row["is_json"]:
-        data = json.loads(raw)
-        if not binding.secret_field:
-            raise GatewayFailed("the tool binds a JSON secret without secret_field", code="secret_field_missing",
-                                blame="org_connection")
-        value = data.get(binding.secret_field)
-        if not isinstance(value, str):
-            # a non-string field would inject garbage: refuse (fail closed)
-            raise GatewayFailed(f"secret field {binding.secret_field!r} is missing or not a string",
-                                code="secret_field_invalid", blame="org_connection")
-        return value
-    return raw.decode()
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -160,23 +58,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                              code="duplicate_json_key")
         seen[k] = v
     return seen
-
-
-async def buffer_body(body: bytes | AsyncIterable[bytes] | None, limit: int) -> bytes:
-    if body is None:
-        return b""
-    if isinstance(body, bytes):
-        if len(body) > limit:
-            raise BadRequest(f"the body is larger than {limit} bytes", code="body_too_large")
-        return body
-    parts, size = [], 0
-    async for chunk in body:
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(f"the body is larger than {limit} bytes, the most a JSON binding buffers",
-                             code="body_too_large")
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:

@@ -4,13 +4,9 @@ settle stage, or by the one exit (``treg/call/record.py``) on any failure or can
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import AsyncIterator
-
 from treg import idempotency, money
-from treg.call import catalog_stage, demo, overflow_stage
-from treg.call.record import audit
-from treg.call.relay import buffer_body
+from treg.call import demo, overflow_stage
+from treg.call.record import answered
 from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -29,9 +25,7 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     if cat is None or not target.billed:
         return None
     if inp.idempotency_key and inp.deferred is None:  # a routed call's child: the key is the routed call's
-        body = await buffer_body(inp.body, svc.settings.json_body_max_bytes) if inp.body is not None else b""
-        if not isinstance(inp.body, bytes) and inp.body is not None:
-            state.inp = inp = replace(inp, body=body, content_length=len(body))
+        body = await state.read_body(svc.settings.json_body_max_bytes) or b""  # the digest hashes it
         if await claim_key(svc, state, target.endpoint_id or "", body):
             return _replay_outcome(svc, state)
     if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
@@ -66,16 +60,6 @@ def _replay_outcome(svc: Services, state: CallState) -> CallOutcome:
     body = c.body or b""
     headers = [(k, v) for k, v in c.headers if k.lower() not in _NOT_REPLAYED]
     headers += [("Content-Length", str(len(body))), ("X-Treg-Idempotent-Replay", "true")]
-    headers += list(catalog_stage.tier_headers(state.target, 0).items())  # a replay is not charged again
+    headers += state.catalog_headers(0)  # a replay is not charged again
     state.claim = None
-
-    async def gen() -> AsyncIterator[bytes]:
-        yield body
-
-    def finish(sent: int, error: BaseException | None) -> None:
-        audit(svc, state.record(outcome="replayed", status=c.status, response_bytes=sent))
-
-    names = {k.lower() for k, _ in headers}
-    return CallOutcome(status=c.status, reason="", headers=headers, body=gen(), close=lambda: None, finish=finish,
-                       content_length=len(body), has_content_type="content-type" in names,
-                       has_server="server" in names)
+    return CallOutcome.whole_answer(c.status, headers, body, answered(svc, state, c.status, replayed=True))

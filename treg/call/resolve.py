@@ -21,19 +21,21 @@ from typing import Any, Awaitable, Callable
 
 from treg import tool_urls
 from treg.call import catalog_stage, demo, redirects, table
-from treg.call.org_tools import OrgTools, by_dial, cached_org_tools, org_tools, usable
-from treg.call.target import dial_key, parse_passthrough, parse_rest
-from treg.call.types import CallInput, ResolvedTarget, ToolRef, split_query
+from treg.call.state import CallState
+from treg.call.target import parse_passthrough, parse_rest
+from treg.call.types import ResolvedTarget
 from treg.catalog.search import with_pointer
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, Forbidden, NotFound, TregError
 from treg.identity import Identity
+from treg.infra.upstream import dial_key
+from treg.org_data import OrgTools, ToolRef, by_dial, cached_org_tools, org_tools, usable
+from treg.query import split_query
 
-__all__ = ["OrgTools", "cached_org_tools", "org_tools", "parse_rest", "resolve", "resolve_target", "usable"]
+__all__ = ["parse_rest", "resolve", "resolve_target"]
 
-#: the catalog half on a named miss: ``async (svc, ident, inp, name, path) -> (inp, target) | None``
-CatalogFallback = Callable[[Services, Identity, CallInput, str, str | None],
-                           Awaitable["tuple[CallInput, ResolvedTarget] | None"]]
+#: the catalog half on a named miss: ``async (svc, ident, state, name, path) -> target | None``
+CatalogFallback = Callable[[Services, Identity, CallState, str, str | None], Awaitable["ResolvedTarget | None"]]
 #: the final dotted lookup once every shape missed: ``(svc, name) -> TregError | None``
 FinalMiss = Callable[[Services, str], "TregError | None"]
 
@@ -89,9 +91,10 @@ def passthrough_target(ident: Identity, all_tools: tuple[ToolRef, ...], scheme: 
                           plan=tool.plan)
 
 
-async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallback: CatalogFallback | None = None,
-                  final_miss: FinalMiss | None = None) -> tuple[CallInput, ResolvedTarget]:
-    """The target of ``/call/<rest>`` (the input comes back too: the catalog may have buffered its body)."""
+async def resolve(svc: Services, ident: Identity, state: CallState, catalog_fallback: CatalogFallback | None = None,
+                  final_miss: FinalMiss | None = None) -> ResolvedTarget:
+    """The target of ``/call/<rest>`` (the catalog may read the call's body into ``state.inp``)."""
+    inp = state.inp
     rest = inp.rest
     if "\r" in rest or "\n" in rest or "\0" in rest:  # three scans in C, cheaper than the regex engine
         raise BadRequest("the call target contains control characters", code="invalid_target")
@@ -101,15 +104,15 @@ async def resolve(svc: Services, ident: Identity, inp: CallInput, catalog_fallba
     all_tools = cached_org_tools(svc, ident.org_id) or await org_tools(svc, ident.org_id)
     if shape == "url":
         try:
-            return inp, passthrough_target(ident, all_tools, a, b, inp.raw_query)
+            return passthrough_target(ident, all_tools, a, b, inp.raw_query)
         except NotFound as exc:  # no tool serves that URL: point at the catalog (its host and path's words)
             raise with_pointer(svc.catalog, exc, b.partition("?")[0]) from None
     name, path = a, b
     tool = all_tools.by_name.get(name)
     if tool is not None:
-        return inp, named_target(tool, path, inp.raw_query)
+        return named_target(tool, path, inp.raw_query)
     if catalog_fallback is not None:
-        found = await catalog_fallback(svc, ident, inp, name, path)
+        found = await catalog_fallback(svc, ident, state, name, path)
         if found is not None:
             return found
     hint = _near_tool_hint(ident, all_tools, name)
@@ -133,14 +136,16 @@ def _near_tool_hint(ident: Identity, all_tools: tuple[ToolRef, ...], name: str) 
     return {}
 
 
-async def resolve_target(svc: Services, ident: Identity, inp: CallInput) -> tuple[CallInput, ResolvedTarget]:
-    """The resolve stage: the target by the surface the call came in on (the input comes back too: the
-    catalog may have buffered its body)."""
+async def resolve_target(svc: Services, ident: Identity, state: CallState) -> ResolvedTarget:
+    """The resolve stage: the target by the surface the call came in on (the catalog may read the call's
+    body into ``state.inp``; a redirect hop's input becomes its grant's)."""
+    inp = state.inp
     if ident.is_demo:  # a public demo's token: a listed endpoint by its exact id, nothing else (demo.py)
         demo.screen(svc, inp)
     table.check_endpoint(svc, inp)  # /table/ of an endpoint that declares no rows: refused before anything
     if inp.catalog_form or ident.is_demo:  # (a demo's /call/<id> too: never an org tool)
-        return await catalog_stage.resolve_catalog_surface(svc, ident, inp)
+        return await catalog_stage.resolve_catalog_surface(svc, ident, state)
     if inp.surface == "redirect":
-        return redirects.redirect_target(svc, ident, inp)
-    return await resolve(svc, ident, inp, catalog_stage.named_miss, catalog_stage.final_miss)
+        state.inp, target = redirects.redirect_target(svc, ident, inp)
+        return target
+    return await resolve(svc, ident, state, catalog_stage.named_miss, catalog_stage.final_miss)

@@ -38,7 +38,7 @@ from urllib.parse import quote, unquote
 from treg import owned_resources as store
 from treg.call.injection import provider_plan
 from treg.call.relay import prepare
-from treg.call.types import CallInput, ResolvedTarget, split_query
+from treg.call.types import CallInput, ResolvedTarget
 from treg.catalog.managed import ManagedResource, delete_endpoint
 from treg.catalog.model import Endpoint, join_url
 from treg.catalog.placeholders import decode_query_value, encode_segment, fill_path
@@ -46,6 +46,7 @@ from treg.jsonpath import dig
 from treg.context import Services
 from treg.errors import Forbidden, GatewayFailed, NotFound, TregError
 from treg.infra import upstream
+from treg.query import split_query
 
 if TYPE_CHECKING:
     from treg.call.state import CallState

@@ -12,7 +12,7 @@ A routed endpoint has no credential ladder of its own: the resolve stage hands i
   (``CallInput.deferred``). When the routed call ends, the answering child is settled at its price and
   every other child released, each exactly once; a routed call that fails charges nothing. A child
   whose call raised closed its own hold already (the pipeline's one exit). A crash before the close
-  leaves the holds open for the reaper (treg/money/reaper.py), which releases them: no charge;
+  leaves the holds open for the reaper (treg/reaper.py), which releases them: no charge;
 * the ``Idempotency-Key`` is the routed call's: claimed here, stored with the routed answer, never
   claimed by a child (on the platform tier a child's upstream still gets the (org, label) digest);
 * the answer is treg's own JSON, ``{"output", "_treg": {endpoint, credential_tier, cost_micro,
@@ -27,15 +27,13 @@ import contextlib
 import json
 import logging
 from dataclasses import replace
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
-from treg import idempotency
 from treg.call import headers as hdr, metered, reserve
-from treg.call.record import audit
-from treg.call.relay import buffer_body
+from treg.call.bodies import read_bounded
+from treg.call.record import answered
 from treg.call.state import CallOutcome, CallState
 from treg.call.types import CallInput
-from treg.catalog.ladder import load_org_credentials
 from treg.catalog.routed import RoutedPlan
 from treg.catalog.tiers import offer_tier
 from treg.context import Services
@@ -43,6 +41,7 @@ from treg.errors import GatewayFailed, TregError
 from treg.frozen import frozen_value
 from treg.identity import Identity
 from treg.ids import new_id
+from treg.org_data import load_org_credentials
 
 log = logging.getLogger(__name__)
 
@@ -152,14 +151,9 @@ async def _read_whole(outcome: CallOutcome) -> bytes:
     bounded like a metered answer (larger: the child fails with response_buffer_limit)."""
     if outcome.whole is not None:
         return outcome.whole
-    parts, size = [], 0
-    async for chunk in outcome.body:
-        size += len(chunk)
-        if size > metered.BUFFER_MAX:
-            raise GatewayFailed(f"the answer is larger than {metered.BUFFER_MAX} bytes, the most a routed call "
-                                "reads from a child", code="response_buffer_limit", blame="treg")
-        parts.append(chunk)
-    return b"".join(parts)
+    return await read_bounded(outcome.body, metered.BUFFER_MAX, lambda: GatewayFailed(
+        f"the answer is larger than {metered.BUFFER_MAX} bytes, the most a routed call reads from a child",
+        code="response_buffer_limit", blame="treg"))
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:
@@ -221,22 +215,8 @@ def _replay(svc: Services, state: CallState) -> CallOutcome:
     headers = [(k, v) for k, v in c.headers if k.lower() not in _NOT_REPLAYED]
     headers += [("Content-Length", str(len(body))), ("X-Treg-Idempotent-Replay", "true"),
                 ("X-Treg-Cost-Micro", "0")]  # a replay is not charged again
-
-    def finish(sent: int, error: BaseException | None) -> None:
-        if not state.audited:
-            state.audited = True
-            audit(svc, state.record(outcome="replayed", status=c.status, response_bytes=sent))
-
-    return _outcome(c.status, headers, body, finish)
-
-
-def _outcome(status: int, headers: list[tuple[str, str]], body: bytes,
-             finish: Callable[[int, BaseException | None], None]) -> CallOutcome:
-    async def gen() -> AsyncIterator[bytes]:
-        yield body
-
-    return CallOutcome(status=status, reason="", headers=headers, body=gen(), close=lambda: None, finish=finish,
-                       content_length=len(body), whole=body)
+    return CallOutcome.whole_answer(c.status, headers, body, answered(svc, state, c.status, replayed=True),
+                                    relayed=False)
 
 
 def _answer(won: _Won, output: Any, cost: int, attempts: list[Attempt]) -> tuple[bytes, list[tuple[str, str]]]:
@@ -283,19 +263,6 @@ def _exhausted(endpoint_id: str, attempts: list[Attempt]) -> GatewayFailed:
                          reasons=[a.reason_json() for a in attempts], headers={"X-Treg-Cost-Micro": "0"})
 
 
-def _finisher(svc: Services, state: CallState) -> Callable[[int, BaseException | None], None]:
-    """The routed answer's ``finish``: the routed call's own audit row, once."""
-    def finish(sent: int, error: BaseException | None) -> None:
-        if state.audited:
-            return
-        state.audited = True
-        outcome = "ok" if error is None else (
-            "cancelled" if isinstance(error, (ConnectionError, asyncio.CancelledError)) else "stream_error")
-        audit(svc, state.record(outcome=outcome, status=200, response_bytes=sent,
-                                request_bytes=state.inp.content_length))
-    return finish
-
-
 async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
     """The routed call of ``state`` (resolved, identified): its children in order, then one answer.
     A failure raises (the pipeline's one exit records it and gives the label back)."""
@@ -303,11 +270,8 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
     assert target is not None and ident is not None
     plan: RoutedPlan = target.routed
     endpoint_id = target.endpoint_id or ""
+    await state.read_body(svc.settings.json_body_max_bytes)  # every child may send it: read once
     inp = state.inp
-    if inp.body is not None and not isinstance(inp.body, bytes):
-        # every child may send it: read once, bounded as a JSON binding's body
-        body = await buffer_body(inp.body, svc.settings.json_body_max_bytes)
-        state.inp = inp = replace(inp, body=body, content_length=len(body))
     if inp.idempotency_key and (replay := await _claim(svc, state, endpoint_id)) is not None:
         return replay
     closes, finishes = DeferredCloses(), _Finishes()
@@ -320,11 +284,9 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
         output = await _output(won.data, won.outcome.headers)
         expected = closes.charge_of(won.call_id)
         body, headers = _answer(won, output, expected, attempts)
-        if state.claim is not None:
-            # stored BEFORE settling, as the settle stage does: a crash in between leaves open holds the
-            # reaper releases (a free call), never a charge a retry would pay again
-            await idempotency.complete(svc, state.claim, 200, headers, body)
-            state.claim = None
+        # stored BEFORE settling, as the settle stage does: a crash in between leaves open holds the
+        # reaper releases (a free call), never a charge a retry would pay again
+        await state.store_for_replay(svc, 200, headers, body)
         settled = await closes.close(svc, won.call_id)
         cost = settled.cost_micro if settled is not None else 0
         if cost != expected:  # the reaper closed the hold first: nothing was charged
@@ -337,4 +299,4 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
     state.target = replace(target, credential_tier=won.tier)
     state.cost_micro = cost
     state.hold_state = settled.hold_state if settled is not None else None
-    return _outcome(200, headers, body, _finisher(svc, state))
+    return CallOutcome.whole_answer(200, headers, body, answered(svc, state, 200), relayed=False)

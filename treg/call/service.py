@@ -1,4 +1,5 @@
-"""The call use case, as its table of contents: one line per stage (``treg/call/__init__.py`` lists them).
+"""The call use case, as its table of contents: one line per stage (``treg/call/__init__.py`` lists them,
+with the table of which stage each catalog feature acts in).
 
 Plain Python: the web edge hands in a :class:`CallInput` and gets back a :class:`CallOutcome` to
 stream, or a :class:`TregError` (already audited). No database connection is held while the upstream
@@ -15,7 +16,7 @@ from __future__ import annotations
 from treg.call import (archive, capacity_stage, demo, intake, jobs, overflow_stage, record, reserve, resolve,
                        resources, routed, settle, table)
 from treg.call.authorize import authorize
-from treg.call.relay import prepare
+from treg.call.relay import prepare, send
 from treg.call.state import CallOutcome, CallState
 from treg.call.types import CallInput
 from treg.context import Services
@@ -30,12 +31,11 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         intake.check_scope(state)  # ... a scoped token only where its scope reaches (a table token: GET /table/)
         table.intake(state)  # ... /table/: its format and Accept are treg's, never the vendor's
         await intake.load_body(state)  # ... then the body the edge left pending
-        inp, target = await resolve.resolve_target(svc, ident, state.inp)  # 2 resolve: tool or catalog endpoint
-        state.inp, state.target = inp, target
+        state.target = target = await resolve.resolve_target(svc, ident, state)  # 2 resolve: tool or catalog endpoint
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
-        state.inp = inp = await authorize(svc, ident, inp, target)  # 3 authorize: ACL, deny rules
-        if target.catalog is not None:  # the catalog's own stages (an own tool's call has none of them)
+        state.inp = await authorize(svc, ident, state.inp, target)  # 3 authorize: ACL, deny rules
+        if target.catalog is not None:  # the catalog's features (an own tool's call has none of them)
             await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
             await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
             # ... and a locked platform key refuses before any hold (unless an aggregator may serve the call)
@@ -45,7 +45,10 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
             if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
                 return await answer(svc, state, stored) if state.reshaped else stored
         state.prepared = await prepare(svc, ident.org_id, state.inp, target)  # 5 relay: the exact request,
-        state.resp = await capacity_stage.send(svc, state)  # ... vetted and sent (platform tier: smoothed)
+        if target.credential_tier == "platform":  # ... on treg's own key spaced, a burst 429 re-sent once
+            state.resp = await capacity_stage.send(svc, state)
+        else:
+            state.resp = await send(svc, state)  # ... vetted and sent
         outcome = await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
         return await answer(svc, state, outcome) if state.reshaped else outcome  # ... /table/, a demo's mark
     except BaseException as exc:  # identified: recorded once, cancelled or not

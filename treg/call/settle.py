@@ -1,22 +1,42 @@
 """Settle stage: the upstream's answer made into the :class:`CallOutcome` the edge streams.
 
-* **metered** (a hold is open): the answer is read whole (buffered, or spooled to disk for a large
-  one), stored for an idempotent replay, and the hold settled at the observed price (2xx) or released,
-  all before its headers go out, so ``X-Treg-Cost-Micro`` is exact;
-* **streamed** (everything else): relayed as it arrives; only the head of a failed answer is peeked
-  and kept as evidence.
+* **streamed** (an own tool's answer, and a catalog answer with no hold to settle): relayed as it
+  arrives; only the head of a failed answer is peeked and kept as evidence;
+* **metered** (a hold is open, or an owned object's or async job's answer): read whole (buffered, or
+  spooled to disk for a large one), then each catalog feature's part runs, one named function each, in
+  this order (``treg/call/__init__.py`` draws the whole table):
 
-Both rewrite ``Location``/``Content-Location`` back into treg (``treg/call/redirects.py``). A failure
-here is the caller's (``service.execute``) one exit, like any stage's.
+  1. overflow (:func:`_overflow`): a failed direct answer saying treg's account is out is served
+     through an aggregator instead, the direct hold released first;
+  2. owned resources (``resources.observe_answer``): a created object recorded as the org's before its
+     id leaves;
+  3. async jobs (``jobs.after_answer``): a submission's job recorded, its hold left open to its polls;
+  4. money, the replay (``CallState.store_for_replay``): the answer stored for the idempotency key
+     BEFORE the hold is settled, so a crash between the two leaves a free call, never a charge a retry
+     would pay again;
+  5. ``/table/`` (``table.settles``): a 2xx of which no table can be made (no rows where the endpoint's
+     ``table`` says) is not a success for money; the table is made here, once, so what is charged and
+     what is answered agree (any other call: its status decides);
+  6. money, the hold (:func:`_close_hold`): settled at the observed price (a success) or released; a
+     routed call's child leaves it to the routed call;
+  7. archive (``archive.observe``): the answer classified and stored;
+  8. capacity (``capacity_stage.after_answer``): the breaker learns from the answer, once its money is
+     closed;
+
+  and only then do its headers go out, so ``X-Treg-Cost-Micro`` is exact.
+
+Both rewrite ``Location``/``Content-Location`` back into treg (``treg/call/redirects.py``) and end with
+treg's own catalog headers (``CallState.catalog_headers``). A failure here is the caller's
+(``service.execute``) one exit, like any stage's.
 """
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import Any
 
 from treg import idempotency
-from treg.call import (archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs,
-                       metered, overflow_stage, redirects, resources, table)
+from treg.call import archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, jobs, metered
+from treg.call import overflow_stage, redirects, resources, table
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
@@ -26,20 +46,21 @@ from treg.plugins import spool_evidence_paths
 
 async def settle(svc: Services, state: CallState) -> CallOutcome:
     resp = state.resp
-    assert resp is not None
+    assert resp is not None and state.target is not None
+    if state.target.catalog is None:  # an own tool's (or a redirect's) answer: none of the catalog's parts
+        return await _streamed_outcome(svc, state, resp, False)
     # read whole too: an owned object's answer, an async submission or owned poll, a /table/ call's
-    if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state) or table.read_whole(state):
+    if (state.hold is not None or resources.read_whole(state) or jobs.read_whole(state)
+            or table.read_whole(state)):
         return await _metered_outcome(svc, state, resp)
     if state.claim is not None:
         # a free streamed read is not stored for replay: the label goes back so a retry fetches again
         await idempotency.abandon(svc, state.claim)
         state.claim = None
-    return await _streamed_outcome(svc, state, resp)
+    return await _streamed_outcome(svc, state, resp, True)
 
 
 async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
-    target = state.target
-    assert target is not None and target.catalog is not None
     ok = 200 <= resp.status < 300
     # the upstream's headers the caller gets; the length is set below from what was actually read
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
@@ -47,65 +68,74 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     try:
         if "location" in resp.index or "content-location" in resp.index:
             relayed = _treg_locations(svc, state, relayed)
-        if ok and target.catalog.spooled_response and state.inp.deferred is None:  # a routed parent reads it
-            spooled = await metered.spool_answer(resp, svc.spool_budget)
-            answer: Any = await metered.spool_evidence(
-                spooled, (*target.catalog.endpoint.price.evidence_paths,
-                          *spool_evidence_paths(svc.pm, target.catalog.endpoint),
-                          *archive.classifier_paths(svc, target.endpoint_id)),
-                encodings.codings(resp.headers))
-            data = b""
-        else:
-            data = await metered.buffer_answer(resp)
-            # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
-            answer = await metered.answer_evidence(data, resp.headers) if ok else None
-            if not ok and (overflowed := await overflow_stage.after_direct(svc, state, resp, data)) is not None:
-                # treg's account is out: served through an aggregator; the direct hold is released, so
-                # the breaker learns from the direct answer now (its strike locks the key for the next)
-                overflowed.headers += await capacity_stage.after_answer(svc, state, resp, data)
-                return overflowed
-        await resources.observe_answer(svc, state, resp.status, answer)  # ownership before the answer leaves
-        relayed += await jobs.after_answer(svc, state, resp.status, answer)  # async jobs (treg/call/jobs.py)
-        if state.claim is not None:
-            # store the answer BEFORE settling: a crash in between then leaves an open hold the reaper
-            # releases (a free call), never a settled charge a retry would pay again
-            if spooled is None:
-                await idempotency.complete(svc, state.claim, resp.status, relayed, data)
-            else:
-                await idempotency.abandon(svc, state.claim)  # a spooled body is not stored for replay
-            state.claim = None
-        if state.inp.deferred is not None:  # a routed call's child: the routed call closes it (treg/call/routed.py)
-            state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
-        elif table.settles(svc, state, ok, data, resp.headers):  # (/table/: a 2xx with no rows is not charged)
-            await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
-        else:
-            await state.close_money(svc)
-        await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)
+        data, spooled, answer = await _read_answer(svc, state, resp, ok)
+        if not ok and (overflowed := await _overflow(svc, state, resp, data)) is not None:  # 1 overflow
+            return overflowed
+        await resources.observe_answer(svc, state, resp.status, answer)  # 2 owned resources
+        relayed += await jobs.after_answer(svc, state, resp.status, answer)  # 3 async jobs
+        await state.store_for_replay(svc, resp.status, relayed, data if spooled is None else None)  # 4 money
+        charged = table.settles(svc, state, ok, data, resp.headers)  # 5 /table/: no rows, no charge
+        await _close_hold(svc, state, charged, answer)  # 6 money
+        await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)  # 7
     except BaseException:
         if spooled is not None:
             spooled.close()  # the spool file; the call's own unwind is the caller's
         raise
+    await capacity_stage.after_answer(svc, state, resp, data)  # 8 capacity: the money is closed by now
     length = spooled.size if spooled is not None else len(data)
-    out_headers = list(relayed)
-    out_headers.append(("Content-Length", str(length)))
-    out_headers += list(catalog_stage.tier_headers(target, state.cost_micro, cost=not jobs.deferred(state)).items())
-    out_headers += archive.answer_headers(state)
-    out_headers += await capacity_stage.after_answer(svc, state, resp, data)  # the money is closed by now
+    headers = [*relayed, ("Content-Length", str(length)),
+               *state.catalog_headers(None if jobs.deferred(state) else state.cost_micro)]
     err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
-
-    async def body() -> AsyncIterator[bytes]:
-        if spooled is not None:
-            async for chunk in spooled.stream():
-                yield chunk
-        elif data:
-            yield data
-
     finish = finisher(svc, state, resp, err_head)
-    names = {k.lower() for k, _ in resp.headers}
-    return CallOutcome(status=resp.status, reason=resp.reason, headers=out_headers, body=body(),
-                       close=(spooled.close if spooled is not None else (lambda: None)), finish=finish,
-                       content_length=length, has_content_type="content-type" in names, has_server="server" in names,
-                       raw_headers=resp.raw_headers)
+    if spooled is None:
+        return CallOutcome.whole_answer(resp.status, headers, data, finish, reason=resp.reason,
+                                        raw_headers=resp.raw_headers)
+    index = resp.index
+    return CallOutcome(resp.status, resp.reason, headers, spooled.stream(), spooled.close, finish, length,
+                       "content-type" in index, "server" in index, None, resp.raw_headers)
+
+
+async def _read_answer(svc: Services, state: CallState, resp: UpstreamResponse,
+                       ok: bool) -> tuple[bytes, metered.Spooled | None, Any]:
+    """The answer read whole: (its bytes, or the spool that holds them; its JSON evidence for settlement,
+    None for a failed answer). A 2xx of an endpoint declaring ``spooled_response`` is spooled to disk
+    (unless a routed parent reads it), only the values settlement and classifiers read kept."""
+    target = state.target
+    assert target is not None and target.catalog is not None
+    if ok and target.catalog.spooled_response and state.inp.deferred is None:
+        spooled = await metered.spool_answer(resp, svc.spool_budget)
+        answer = await metered.spool_evidence(
+            spooled, (*target.catalog.endpoint.price.evidence_paths,
+                      *spool_evidence_paths(svc.pm, target.catalog.endpoint),
+                      *archive.classifier_paths(svc, target.endpoint_id)),
+            encodings.codings(resp.headers))
+        return b"", spooled, answer
+    data = await metered.buffer_answer(resp)
+    # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
+    return data, None, (await metered.answer_evidence(data, resp.headers) if ok else None)
+
+
+async def _overflow(svc: Services, state: CallState, resp: UpstreamResponse, data: bytes) -> CallOutcome | None:
+    """1: treg's account is out: served through an aggregator (``overflow_stage.after_direct``); the direct
+    hold is released by then, so the breaker learns from the direct answer now (its strike locks the key
+    for the next call). None: the direct answer stands."""
+    overflowed = await overflow_stage.after_direct(svc, state, resp, data)
+    if overflowed is not None:
+        await capacity_stage.after_answer(svc, state, resp, data)
+    return overflowed
+
+
+async def _close_hold(svc: Services, state: CallState, ok: bool, answer: Any) -> None:
+    """6: the hold settled at the answer's observed price (``ok``: a success) or released; a routed
+    call's child leaves it, with what it would settle at, to the routed call (treg/call/routed.py)."""
+    target = state.target
+    assert target is not None
+    if state.inp.deferred is not None:
+        state.inp.deferred.add(state, catalog_stage.settle_amount(target, answer) if ok else None)
+    elif ok:
+        await state.close_money(svc, settle_micro=catalog_stage.settle_amount(target, answer))
+    else:
+        await state.close_money(svc)
 
 
 def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -114,11 +144,9 @@ def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, st
     return redirects.rewrite_locations(svc, state.ident, state.inp, state.target, headers, state.masked)
 
 
-async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
+async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse, catalog: bool) -> CallOutcome:
     # the archive, the tier and the breaker see catalog calls only (an own tool's answer skips them)
-    catalog = state.target is not None and state.target.catalog is not None
-    # resp.body, unless the archive reads it first
-    body = await archive.read_for_archive(svc, state, resp) if catalog else resp.body
+    body = await archive.read_for_archive(svc, state, resp) if catalog else resp.body  # unless the archive reads it
     err_head: tuple[bytes, bool] | None = None
     if resp.status >= 400 and resp.whole is not None:
         err_head = (resp.whole[:evidence.RESPONSE_HEAD_MAX], len(resp.whole) > evidence.RESPONSE_HEAD_MAX)
@@ -131,10 +159,8 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
     if "location" in resp.index or "content-location" in resp.index:
         out_headers = _treg_locations(svc, state, out_headers)
     if catalog:
-        assert state.target is not None
-        out_headers += list(catalog_stage.tier_headers(state.target).items())
-        out_headers += archive.answer_headers(state)
-        out_headers += await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
+        await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
+        out_headers += state.catalog_headers(0)
     index = resp.index
     cl = index.get("content-length")
     return CallOutcome(resp.status, resp.reason, out_headers, body, resp.close, finisher(svc, state, resp, err_head),

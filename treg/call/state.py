@@ -1,24 +1,84 @@
 """What one call carries through the pipeline (:class:`CallState`) and what it ends in (:class:`CallOutcome`).
 
 The stages hand each other frozen values (``treg/call/types.py``); this is the one mutable object of a
-call, filled in as stages learn things, so whichever exit ends the call can record what is known."""
+call, filled in as stages learn things, so whichever exit ends the call can record what is known. What
+several stages do with it is one method here: the audit row (``record``), the request body read whole
+(``read_body``), the answer stored for a replay (``store_for_replay``), the hold closed
+(``close_money``) and the catalog's own answer headers (``catalog_headers``); an answer treg has whole is
+built by :meth:`CallOutcome.whole_answer`."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
 from treg import idempotency, money
-from treg.call import evidence
-from treg.call.record import call_record, request_evidence
-from treg.call.relay import PreparedRequest
-from treg.call.types import CallInput, ResolvedTarget
+from treg.call import evidence, headers as hdr
+from treg.call.bodies import buffer_body
+from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
+from treg.call_record import USER_AGENT_MAX, CallRecord
 from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.identity import Identity
 from treg.infra.upstream import RawHeaders, UpstreamResponse
+from treg.oauth.credentials import credential_kind
+from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
+
+
+def call_record(state: "CallState", *, outcome: str, status: int | None, refused_by: str | None = None,
+                error_code: str | None = None, blame: str | None = None, request_bytes: int | None = None,
+                response_bytes: int | None = None, error_request: dict[str, Any] | None = None,
+                error_response: dict[str, Any] | None = None, failure_kind: str | None = None,
+                kind: str | None = None) -> CallRecord:
+    """The audit row (``CallState.record``), with the optional columns a stage knows.
+
+    A speed trick, kept on purpose (docs/performance.md): the columns come in as named parameters (a
+    misspelt one is a TypeError, and no keyword dict is built per call) and go out positionally, in
+    :class:`CallRecord`'s field order, since this runs on every call."""
+    assert state.ident is not None
+    t = state.target
+    inp = state.inp
+    tool = t.tool if t else None
+    rec = CallRecord(
+        inp.call_id, state.ident.org_id, state.ident.member_id, inp.surface, inp.method,
+        mask_userinfo(state.masked(inp.rest[:2000]), MASK), outcome, status,
+        evidence.redact_url(t.upstream_url, state.redactor if state.secret_values else NO_SECRETS)
+        if t else None,
+        tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
+        t.endpoint_id if t else None, refused_by, error_code, blame,
+        t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
+        response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
+        error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
+        kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
+        *(credential_kind(t.bindings) if t else (None, None)), state.ident.is_demo,
+        inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
+        ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
+    # once an overflow attempt took the answer over, the call's further rows are that attempt's
+    return rec if state.overflow is None else state.overflow.retarget(rec)
+
+
+def request_evidence(state: "CallState") -> dict[str, Any] | None:
+    """What was sent (or would have been), redacted, for a failed call's row."""
+    if state.prepared is not None:
+        r = state.prepared.request
+        return evidence.request_evidence(r.method, r.url, r.headers, r.body if isinstance(r.body, bytes) else None,
+                                         state.prepared.body_kept, state.redactor)
+    if state.target is not None:
+        body = state.inp.body if isinstance(state.inp.body, bytes) else None
+        return evidence.request_evidence(state.inp.method, state.target.full_url,
+                                         hdr.request_headers(state.inp.headers), body, body is not None,
+                                         state.redactor)
+    return None
+
+
+#: an outcome's ``finish(bytes sent, the error that ended the streaming or None)``
+Finish = Callable[[int, BaseException | None], None]
+
+
+def _nothing() -> None:
+    """``close`` of an answer with nothing open (its body is in hand)."""
 
 
 @dataclass(slots=True)
@@ -32,7 +92,7 @@ class CallOutcome:
     headers: list[tuple[str, str]] = field(repr=False)
     body: AsyncIterator[bytes]
     close: Callable[[], None]
-    finish: Callable[[int, BaseException | None], None]
+    finish: Finish
     #: the upstream sent a Content-Length: keep it even on a bodyless answer (HEAD/204/304)
     content_length: int | None = None
     has_content_type: bool = True
@@ -41,6 +101,25 @@ class CallOutcome:
     whole: bytes | None = field(default=None, repr=False)
     #: the upstream's headers that are not UTF-8, by their text pair: the edge sends their raw bytes
     raw_headers: RawHeaders | None = field(default=None, repr=False)
+
+    @classmethod
+    def whole_answer(cls, status: int, headers: list[tuple[str, str]], body: bytes, finish: Finish, *,
+                     reason: str = "", relayed: bool = True, raw_headers: RawHeaders | None = None) -> "CallOutcome":
+        """An answer whose body is in hand (a metered answer read whole, an idempotent replay, an archive
+        hit, an overflow's or a routed call's answer): ``whole`` is ``body``, nothing is left to close.
+        ``relayed``: the headers are an upstream's (as received, stored or archived), so the edge adds no
+        Content-Type or Server header they lack; False: treg's own answer, which keeps the edge's."""
+        async def chunks() -> AsyncIterator[bytes]:
+            if body:
+                yield body
+
+        if relayed:
+            names = {k.lower() for k, _ in headers}
+            has_type, has_server = "content-type" in names, "server" in names
+        else:
+            has_type = has_server = True
+        return cls(status, reason, headers, chunks(), _nothing, finish, len(body), has_type, has_server, body,
+                   raw_headers)
 
 
 @dataclass(slots=True)
@@ -57,7 +136,7 @@ class CallState:
     ttfb_ms: int | None = None
     #: the injected credential values (masked in anything recorded), never logged
     secret_values: tuple[str, ...] = field(default=(), repr=False)
-    _redactor: evidence.Redactor | None = field(default=None, repr=False)
+    _redactor: Redactor | None = field(default=None, repr=False)
     claim: idempotency.Claim | None = None
     hold: money.Hold | None = None
     hold_state: str | None = None
@@ -86,28 +165,53 @@ class CallState:
     #: a ``/table/`` call: what the caller asked of the table (treg/call/table.py ``TableCall``), else None
     table: Any = None
 
-    #: the audit row (treg/call/record.py)
+    #: the audit row (:func:`call_record`)
     record = call_record
     request_evidence = request_evidence
 
     @property
     def reshaped(self) -> bool:
         """The answer is not given as it came: a ``/table/`` call's (a table), a public demo call's (marked)."""
-        return self.table is not None or (self.ident is not None and self.ident.scope == "demo")
+        return self.table is not None or (self.ident is not None and self.ident.is_demo)
 
     @property
-    def redactor(self) -> evidence.Redactor:
+    def redactor(self) -> Redactor:
         # built on first use: its encoded variants cost more than a whole successful relay's bookkeeping
         if self._redactor is None:
             self._redactor = (self.prepared.redactor() if self.prepared is not None
-                              else evidence.Redactor.for_values(self.secret_values))
+                              else Redactor.for_values(self.secret_values))
         return self._redactor
+
+    async def read_body(self, limit: int) -> bytes | None:
+        """The caller's body in hand from here on: a stream read whole (at most ``limit`` bytes, else 400
+        ``body_too_large``) and relayed from memory with its length; a body already in hand as it is;
+        None when the caller sent none."""
+        body = self.inp.body
+        if body is None or isinstance(body, bytes):
+            return body
+        raw = await buffer_body(body, limit)  # type: ignore[arg-type]
+        self.inp = replace(self.inp, body=raw, content_length=len(raw))
+        return raw
 
     def masked(self, text: str) -> str:
         """``text`` with injected values masked; the cheap path when no value could be in it."""
         if not self.secret_values:
             return text
         return self.redactor.text(text)
+
+    async def store_for_replay(self, svc: Services, status: int, headers: list[tuple[str, str]],
+                               body: bytes | None) -> None:
+        """The answer stored for a replay of the call's ``Idempotency-Key`` (nothing claimed: nothing to do),
+        BEFORE its hold is settled: a crash between the two leaves an open hold the reaper releases (a free
+        call), never a settled charge a retry would pay again. ``body`` None: not stored (a spooled
+        answer), the label goes back."""
+        if self.claim is None:
+            return
+        if body is None:
+            await idempotency.abandon(svc, self.claim)
+        else:
+            await idempotency.complete(svc, self.claim, status, headers, body)
+        self.claim = None
 
     async def close_money(self, svc: Services, *, settle_micro: int | None = None) -> None:
         """Close the call's hold exactly once: settle when ``settle_micro`` is given, else release. Safe
@@ -124,3 +228,22 @@ class CallState:
                 await svc.settler.close(hold, money.Close(hold.call_id, money.RELEASED))
                 self.cost_micro = 0
                 self.hold_state = money.RELEASED
+
+    def catalog_headers(self, cost_micro: int | None) -> list[tuple[str, str]]:
+        """treg's own headers on every answer of a catalog call that reached the ladder (none for an own
+        tool's), refusals included: the credential tier, the cost (``cost_micro`` None: not known yet, an
+        async submission's hold is still open), the archive's part (``X-Treg-Cache``: hit, stored, miss)
+        and, on the platform tier, the capacity probe and the smoothing applied."""
+        t = self.target
+        if t is None or t.catalog is None:
+            return []
+        out = [("X-Treg-Credential-Tier", str(t.credential_tier))]
+        if cost_micro is not None:
+            out.append(("X-Treg-Cost-Micro", str(int(cost_micro))))
+        if self.cache_state is not None:
+            out.append(("X-Treg-Cache", self.cache_state))
+        if self.capacity_probe is not None:
+            out.append(("X-Treg-Capacity-Probe", "1"))
+        if self.smoothed:
+            out.append(("X-Treg-Smoothed", ", ".join(self.smoothed)))
+        return out

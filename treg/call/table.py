@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any
 from urllib.parse import unquote_plus
 
 from treg.call import encodings, metered
+from treg.call.record import audit, finish_once
+from treg.call.state import CallOutcome, CallState
 from treg.call.types import CallInput
 from treg.catalog import table as tables
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
-
-if TYPE_CHECKING:  # the state module imports the record stage, which imports the resolve stage's catalog half
-    from treg.call.state import CallOutcome, CallState
 
 SURFACE = "table"
 #: ``?format=`` values that are the table's own (any other is the vendor's parameter)
@@ -142,8 +141,6 @@ def _make(svc: Services, state: CallState, data: bytes, headers: list[tuple[str,
 
 async def finish(svc: Services, state: CallState, outcome: CallOutcome) -> CallOutcome:
     """The call's answer as a table (a ``/table/`` call; any other outcome comes back unchanged)."""
-    from treg.call.record import audit, finish_once  # (the import order above)
-
     asked = state.table
     if asked is None:
         return outcome
@@ -190,12 +187,6 @@ def _refusal(err: GatewayFailed, kept: list[tuple[str, str]], finish: Any) -> Ca
 
 
 def _whole_outcome(status: int, reason: str, headers: list[tuple[str, str]], body: bytes, finish: Any) -> CallOutcome:
-    from treg.call.state import CallOutcome  # (the import order above)
-
-    async def chunks() -> AsyncIterator[bytes]:
-        if body:
-            yield body
-
-    return CallOutcome(status=status, reason=reason, headers=[*headers, ("Content-Length", str(len(body)))],
-                       body=chunks(), close=lambda: None, finish=finish, content_length=len(body),
-                       has_content_type=True, has_server=False, whole=body)
+    # ``relayed``: as a relayed answer, it has the Content-Type given here and no Server header of the edge's
+    return CallOutcome.whole_answer(status, [*headers, ("Content-Length", str(len(body)))], body, finish,
+                                    reason=reason)

@@ -14,26 +14,15 @@ whitespace, control or non-ASCII characters.
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import unquote
 
 from yarl import URL
 
 from treg.errors import BadRequest
+from treg.infra.upstream import dial_key
 
 _PASSTHROUGH = re.compile(r"\A(https?):/+(.*)\Z", re.I | re.S)
-
-
-class DialKey(NamedTuple):
-    """Where a connection goes: what aiohttp's connector keys and dials by."""
-
-    scheme: str
-    host: str  # yarl's raw_host, lower-cased (an IPv6 literal without brackets)
-    port: int | None  # the effective port (80/443 when the URL names none)
-
-
-def dial_key(url: URL) -> DialKey:
-    return DialKey(url.scheme, (url.raw_host or "").lower(), url.port)
 
 
 #: characters that end or re-split an authority in one parser or another (WHATWG reads ``\\`` as ``/``,
@@ -87,18 +76,6 @@ def ensure_dials(url: URL, key: tuple[str, str, int | None]) -> None:
     if dial_key(url) != key:
         raise BadRequest("the call target's host reads differently once its query is added; "
                          "write it as /call/https://host/path", code="ambiguous_target")
-
-
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:/*)[^/]*@")
-
-
-def mask_userinfo(text: str, mask: str) -> str:
-    """A URL (or a passthrough call target) with anything before the last ``@`` of its authority masked:
-    ``https://user:pw@host/x`` → ``https://[REDACTED]@host/x``. The authority is taken as widely as any
-    parser could (up to the first ``/``), so a credential is masked however the URL was split."""
-    if "@" not in text:
-        return text
-    return _USERINFO.sub(lambda m: f"{m.group(1)}{mask}@", text, count=1)
 
 
 def parse_rest(rest: str) -> tuple[str, Any, Any]:

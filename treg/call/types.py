@@ -4,22 +4,14 @@ relay → settle → record). None of them knows about aiohttp."""
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, AsyncIterable, Awaitable, Callable, NamedTuple
+from typing import Any, AsyncIterable, Awaitable, Callable
 
 from treg.bindings import Binding
 from treg.frozen import frozen_value
 from treg.identity import Credential
-
-
-def split_query(raw: str) -> list[tuple[str, str | None]]:
-    """Raw query pairs in order, duplicates and encoding kept (``?flag`` → ``("flag", None)``)."""
-    if not raw:
-        return []
-    out: list[tuple[str, str | None]] = []
-    for seg in raw.split("&"):
-        k, eq, v = seg.partition("=")
-        out.append((k, v if eq else None))
-    return out
+from treg.infra.upstream import UpstreamRequest
+from treg.org_data import ToolRef
+from treg.redaction import Redactor, RedactorMemo
 
 
 @frozen_value
@@ -79,36 +71,6 @@ class PendingBody:
 
 
 @frozen_value
-class ToolRef:
-    id: str
-    org_id: str
-    name: str
-    base_url: str
-    host: str
-    bindings: tuple[Binding, ...]
-    project_id: str | None
-    allowed_member_ids: tuple[str, ...] | None
-    #: True when a binding's secret carries a provider (registry-backed; wins a passthrough tie)
-    provider_backed: bool = False
-    #: the bindings' injection plan (treg/call/injection.py), compiled when the tools cache loads the tool
-    plan: Any = field(default=None, repr=False, compare=False)
-    #: the base URL without its query and trailing slashes, and its query pairs (split once, at load)
-    base: str = field(init=False, repr=False, compare=False)
-    base_query: tuple[tuple[str, str | None], ...] = field(init=False, repr=False, compare=False)
-    #: ``base`` without its trailing slashes, plus one: where a call's path is appended
-    base_slash: str = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        base, _, query = self.base_url.partition("?")
-        object.__setattr__(self, "base", base)
-        object.__setattr__(self, "base_slash", base.rstrip("/") + "/")
-        object.__setattr__(self, "base_query", tuple(split_query(query)))
-
-    def as_mapping(self) -> dict[str, Any]:
-        return {"project_id": self.project_id, "allowed_member_ids": self.allowed_member_ids}
-
-
-@frozen_value
 class ResolvedTarget:
     """Where the call goes and with which credentials."""
 
@@ -142,70 +104,22 @@ class ResolvedTarget:
         return self.upstream_url + "?" + "&".join(k if v is None else f"{k}={v}" for k, v in self.query)
 
 
-class CallRecord(NamedTuple):
-    """One audit row: an attempt, successful or not.
+@frozen_value
+class PreparedRequest:
+    """The exact upstream request the relay stage built (``treg/call/relay.py`` ``prepare``)."""
 
-    Immutable like the other stage values, but a NamedTuple rather than a frozen dataclass: one is
-    built for every call, and a frozen dataclass of this many fields costs several times as much to
-    construct (an ``object.__setattr__`` per field); the audit writer also sends it as a JSON array as
-    it is (a speed trick: docs/performance.md)."""
+    request: UpstreamRequest
+    #: every credential value injected (for evidence redaction), never logged nor in a repr
+    secret_values: tuple[str, ...] = field(repr=False)
+    body_kept: bool  # the body is buffered bytes (evidence may keep it)
+    #: memoizes the values' redactor: the org's secrets they came from, or the platform settings' memo
+    #: (None: nothing injected)
+    secrets: RedactorMemo | None = None
+    #: the OAuth connections whose tokens were injected, as (id, token version): an upstream 401 marks
+    #: exactly those tokens stale (docs/oauth.md)
+    connections: tuple[tuple[str, int], ...] = ()
 
-    id: str
-    org_id: str
-    member_id: str | None
-    surface: str
-    method: str
-    target: str
-    outcome: str
-    status: int | None = None
-    upstream_url: str | None = None
-    tool_id: str | None = None
-    tool_name: str | None = None
-    provider: str | None = None
-    endpoint_id: str | None = None
-    refused_by: str | None = None
-    error_code: str | None = None
-    blame: str | None = None
-    credential_tier: str | None = None
-    cost_micro: int = 0
-    hold_state: str | None = None
-    tag: str | None = None
-    request_bytes: int | None = None
-    response_bytes: int | None = None
-    duration_ms: int | None = None
-    ttfb_ms: int | None = None
-    error_request: dict[str, Any] | None = None
-    error_response: dict[str, Any] | None = None
-    failure_kind: str | None = None
-    parent_call_id: str | None = None
-    result_state: str | None = None
-    cache_state: str | None = None
-    kind: str | None = None
-    #: the platform-tier answer's capacity classification (balance, quota, burst, edge_block, unrecorded):
-    #: rides the ``tool_called`` event; not a column (the audit writer stores only the table's columns)
-    capacity_signal: str | None = None
-    #: ``overflow:<aggregator>`` on an overflow attempt's row (treg/call/overflow_stage.py)
-    served_via: str | None = None
-    #: the kind of credential injected (``oauth``, ``secret``, ``platform``; None: none) and, on ``oauth``,
-    #: the connection (docs/oauth.md)
-    credential_kind: str | None = None
-    connection_id: str | None = None
-    #: made with a public demo's (``demo``-scoped) token (docs/sharing.md)
-    demo: bool = False
-    # -- the ``tool_called`` event's own fields, after every column: not stored (the audit writer sends
-    # only the fields up to the last column, treg/call/audit.py)
-    #: the caller's User-Agent (cut to USER_AGENT_MAX characters): which client or SDK calls
-    user_agent: str | None = None
-    #: the call was its capacity lock's probe (X-Treg-Capacity-Probe: 1)
-    probe: bool = False
-    #: the burst smoothing applied (X-Treg-Smoothed: ``wait=<ms>``, ``retry=1``), None: none
-    smoothed: str | None = None
-    #: why the result classifier said what it said (treg/results.py ``REASONS``)
-    result_reason: str | None = None
-    #: the archive's admission decision on a fresh answer (treg/call/archive.py ``ADMISSIONS``)
-    cache_admission: str | None = None
-
-
-#: the longest User-Agent an event carries (a header may be kilobytes long; what identifies a client
-#: comes first)
-USER_AGENT_MAX = 256
+    def redactor(self) -> Redactor:
+        if self.secrets is not None:
+            return self.secrets.redactor(self.secret_values)
+        return Redactor.for_values(self.secret_values)

@@ -1,10 +1,10 @@
 """The credential ladder of a catalog call: own tool → team credential → anonymous → platform key.
 
-:func:`load_org_credentials` is the only read, and it reads what the resolver reads: the org's tools and
-secret rows from the same per-org caches (LISTEN/NOTIFY-invalidated), so a catalog call on a warm
-cache costs no query and a secret's change is seen on the next call; everything else is pure, so the
-tier choice is unit-testable and the listing routes can show each endpoint's tier without re-reading
-per endpoint.
+Pure: what the org holds comes in as an :class:`~treg.catalog.tiers.OrgCredentials`, read by
+:func:`treg.org_data.load_org_credentials` from the same per-org caches the resolver reads (the org's
+tools and secret rows, LISTEN/NOTIFY-invalidated), so a catalog call on a warm cache costs no query and a
+secret's change is seen on the next call; the tier choice is unit-testable and the listing routes can
+show each endpoint's tier without re-reading per endpoint.
 
 Tiers (catalog.md "Credential tiers", tried in this order):
 
@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from treg.bindings import Binding
-from treg.call.relay import org_secret_rows
-from treg.call.org_tools import org_tools, usable
 from treg.catalog.alternatives import alternatives
 from treg.catalog.enforce import CheckedRequest, QueryPairs, check_platform, check_request
 from treg.catalog.errors import NoCredential
@@ -39,12 +36,7 @@ from treg.catalog.registry import CatalogRegistry
 from treg.catalog.tiers import (OrgCredentials, OwnTool, how_to_get_credential, needed_tier,  # noqa: F401
                                 offer_tier, platform_key_configured)
 from treg.errors import GatewayFailed
-from treg.oauth.store import org_connections
 from treg.settings import Settings
-
-if TYPE_CHECKING:
-    from treg.context import Services
-    from treg.identity import Identity
 
 
 @dataclass(frozen=True)
@@ -94,69 +86,6 @@ class CatalogTarget:
     def settle_micro(self, answer: Any) -> int:
         """The observed price of a 2xx answer (``answer``: its parsed JSON, or None)."""
         return self.endpoint.price.observed_micro(answer, self.table_value)
-
-
-# -- the database read ----------------------------------------------------------------------------------
-
-async def load_org_credentials(svc: "Services", ident: "Identity",
-                               providers: Iterable[str] | None = None) -> OrgCredentials:
-    """The caller's org credentials per provider (all providers, or only ``providers``): provider
-    secrets (newest first) and the caller-usable tools bound to one of them, by name. Read from the
-    resolver's caches (:func:`~treg.call.relay.org_secret_rows`, :func:`~treg.call.org_tools.org_tools`):
-    one short read each on a miss, none on a hit, and never a second copy that could go stale."""
-    wanted = set(providers) if providers is not None else None
-    if wanted is not None and not wanted:
-        return OrgCredentials(org_id=ident.org_id)
-    own_conns, team_conns = await oauth_connections(svc, ident, wanted)
-    stored = await org_secret_rows(svc, ident.org_id)
-    rows = sorted((r for r in stored.rows.values()
-                   if r["provider"] is not None and (wanted is None or r["provider"] in wanted)),
-                  key=lambda r: (r["created_at"], r["id"]), reverse=True)
-    if not rows:
-        return OrgCredentials(org_id=ident.org_id, own_connections=own_conns, team_connections=team_conns)
-    provider_of = {r["id"]: r["provider"] for r in rows}
-    team: dict[str, str] = {}
-    for r in rows:  # newest first: the first seen per provider wins
-        team.setdefault(r["provider"], r["id"])
-    own: dict[str, list[OwnTool]] = {}
-    # provider_backed: bound to some provider secret (decided at load), the only tools that can qualify
-    backed = sorted((t for t in await org_tools(svc, ident.org_id) if t.provider_backed), key=lambda t: t.name)
-    for t in backed:
-        if not usable(ident, t):
-            continue
-        pids = dict.fromkeys(provider_of[b.secret_id] for b in t.bindings if b.secret_id in provider_of)
-        if not pids:
-            continue
-        tool = OwnTool(id=t.id, name=t.name, bindings=t.bindings)
-        for pid in pids:
-            own.setdefault(pid, []).append(tool)
-    return OrgCredentials(org_id=ident.org_id,
-                          own_tools=MappingProxyType({k: tuple(v) for k, v in own.items()}),
-                          team_secrets=MappingProxyType(team), own_connections=own_conns,
-                          team_connections=team_conns)
-
-
-async def oauth_connections(svc: "Services", ident: "Identity",
-                            wanted: set[str] | None) -> tuple[Mapping[str, str], Mapping[str, str]]:
-    """provider → the caller's own newest active connection, and the org's newest shared one, for the
-    providers that declare OAuth (docs/oauth.md), read from the org's cached connection rows."""
-    providers = [p for p in (wanted if wanted is not None else svc.catalog.providers)
-                 if (prov := svc.catalog.providers.get(p)) is not None and prov.oauth is not None]
-    if not providers:
-        return _EMPTY, _EMPTY
-    cached = await org_connections(svc, ident.org_id)
-    own: dict[str, str] = {}
-    team: dict[str, str] = {}
-    for pid in providers:
-        mine, shared = cached.newest(pid, ident)
-        if mine:
-            own[pid] = mine
-        if shared:
-            team[pid] = shared
-    return MappingProxyType(own), MappingProxyType(team)
-
-
-_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedRequest, creds: OrgCredentials,

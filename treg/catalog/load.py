@@ -23,11 +23,11 @@ from treg.catalog import managed as managed_rows
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
-from treg.archive import policy as archive_policy
-from treg.jobs.spec import link_utilities, parse_submission
+from treg.catalog import archive_policy
+from treg.catalog.async_jobs import link_utilities, parse_submission
 from treg.catalog.routed import with_routed
+from treg.catalog.oauth import parse_block as parse_oauth_block
 from treg.catalog.table import check_row as check_table
-from treg.oauth.provider import parse_block as parse_oauth_block
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, PluginHost, call_hook
 
@@ -654,7 +654,7 @@ class _Loader:
                 self.c.add(ep.plugin, f"endpoint {ep.id!r}", "superseded_by",
                            f"{ep.superseded_by!r} is not an endpoint of the catalog")
         managed_rows.check_kinds(self.c.add, self.endpoints.values())
-        utilities = link_utilities(self.c.add, self.endpoints)  # async jobs: treg/jobs/spec.py
+        utilities = link_utilities(self.c.add, self.endpoints)  # async jobs: treg/catalog/async_jobs.py
         for uid, util in utilities.items():
             if util.archive is not None:
                 # a poll answered from the archive reads a stale status; a fetch is streamed, never stored

@@ -14,11 +14,11 @@
 from __future__ import annotations
 
 from treg.catalog.errors import CatalogPathNotAllowed, EndpointNotFound, EndpointRetired
-from treg.catalog.ladder import OrgCredentials
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
 from treg.catalog.search import with_pointer
 from treg.catalog.suggest import did_you_mean
+from treg.catalog.tiers import OrgCredentials
 from treg.settings import Settings
 
 

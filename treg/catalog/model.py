@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from treg.bindings import Binding
 from treg.jsonpath import dig
-from treg.oauth.provider import OAuthBlock
+from treg.catalog.oauth import OAuthBlock
 
 Tier = Literal["own", "team", "anonymous", "platform"]
 #: the ladder's order (catalog.md "Credential tiers"): free beats paid, so anonymous precedes platform
@@ -191,10 +191,10 @@ class Endpoint:
     overflow: tuple[Any, ...] = ()
     #: the durable vendor object this row acts on (treg.catalog.managed.ManagedResource), None: none
     managed_resource: Any = None
-    #: the archive's policy for the endpoint's answers (treg.archive.policy.ArchivePolicy); None: not archived
+    #: the archive's policy for the endpoint's answers (treg.catalog.archive_policy.ArchivePolicy); None: not archived
     archive: Any = None
-    #: the row's ``async`` descriptor (treg.jobs.spec.Submission), or, on the poll/fetch endpoint a
-    #: descriptor names, that role (treg.jobs.spec.Utility); None: neither (docs/lifecycle.md)
+    #: the row's ``async`` descriptor (treg.catalog.async_jobs.Submission), or, on the poll/fetch endpoint a
+    #: descriptor names, that role (treg.catalog.async_jobs.Utility); None: neither (docs/lifecycle.md)
     async_job: Any = None
     #: a generated ``treg.<capability>`` (treg.catalog.routed.RoutedPlan: its children); None: a plugin's row
     route: Any = None

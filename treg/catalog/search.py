@@ -16,7 +16,7 @@ from urllib.parse import quote_plus
 
 from treg.catalog.model import Endpoint
 from treg.catalog.alternatives import alternatives
-# tiers, not the ladder: the ladder reads through treg.call.resolve, which imports this module
+# tiers, not the ladder: the ladder imports this module's alternatives
 from treg.catalog.tiers import OrgCredentials, how_to_get_credential, needed_tier, offer_tier
 from treg.catalog.registry import CatalogRegistry
 from treg.errors import TregError

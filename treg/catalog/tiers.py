@@ -3,8 +3,8 @@
 The tiers and their order are ladder.py's docstring (catalog.md "Credential tiers"). This module holds
 only what the ladder, the capability alternatives and the search hints need (what the org holds, which
 tier it gives, how to get one): no database, no I/O, so :mod:`treg.catalog.alternatives` and
-:mod:`treg.catalog.search` need no import of the ladder (which imports the first, and reads the org's
-credentials through :mod:`treg.call.resolve`, which imports the second).
+:mod:`treg.catalog.search` need no import of the ladder (which imports both). What the org holds is read
+by :func:`treg.org_data.load_org_credentials`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class OwnTool:
 
 @dataclass(frozen=True)
 class OrgCredentials:
-    """What the caller's org holds per provider (read once per call by :func:`treg.catalog.ladder.load_org_credentials`)."""
+    """What the caller's org holds per provider (read once per call by :func:`treg.org_data.load_org_credentials`)."""
 
     org_id: str
     #: provider → the caller-usable tools bound to a secret of that provider, by name

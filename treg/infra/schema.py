@@ -411,7 +411,7 @@ async_jobs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     #: the submitting call's pin (its X-Treg-Tag): a pinned poll or fetch must carry the same; NULL: unpinned
     Column("tag", String(200), nullable=True),
-    # what its polls read and settle by, frozen at submission (treg.jobs.spec.JobTerms: task_param, status
+    # what its polls read and settle by, frozen at submission (treg.catalog.async_jobs.JobTerms: task_param, status
     # path, done/failed, result_id_path, price); NULL: recorded before 0012 (the current catalog's apply)
     Column("terms", JSONB, nullable=True),
     CheckConstraint("state IN ('pending', 'done', 'failed', 'expired')", name="state"),

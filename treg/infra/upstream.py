@@ -13,7 +13,7 @@ import logging
 from contextvars import ContextVar
 from dataclasses import field
 from types import MappingProxyType
-from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, NamedTuple
 
 import aiohttp
 from aiohttp.client_reqrep import ClientRequest
@@ -198,6 +198,18 @@ def _parse_url(url: str) -> URL:
 
 
 _parse_url_memo = memoized(1024)(_parse_url)
+
+
+class DialKey(NamedTuple):
+    """Where a connection goes: what aiohttp's connector keys and dials by."""
+
+    scheme: str
+    host: str  # yarl's raw_host, lower-cased (an IPv6 literal without brackets)
+    port: int | None  # the effective port (80/443 when the URL names none)
+
+
+def dial_key(url: URL) -> DialKey:
+    return DialKey(url.scheme, (url.raw_host or "").lower(), url.port)
 
 
 def map_client_error(exc: BaseException, url: str) -> TregError:

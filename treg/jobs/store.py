@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from treg.context import Services
 from treg.ids import new_id
 from treg.infra.schema import async_job_utilities, async_jobs, holds
-from treg.jobs.spec import JobTerms, UtilityUse
+from treg.catalog.async_jobs import JobTerms, UtilityUse
 from treg.org_changes import forget_local, notify
 # the holds' one conditional close, inside this module's transaction (the reaper uses it the same way)
 from treg.money.holds import RELEASED, SETTLED, Close, close_in

@@ -14,15 +14,14 @@ from typing import Any
 
 from treg.call import service
 from treg.call.drain import Sink, drain
-from treg.call.resolve import org_tools, usable
 from treg.call.service import CallOutcome
 from treg.catalog import search as catalog_search
-from treg.catalog.ladder import load_org_credentials
 from treg.context import Services
 from treg.errors import TregError
 from treg.ids import new_id
 from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
+from treg.org_data import load_org_credentials, org_tools, usable
 from treg.mcp.tools import (CATALOG_CALL, CATALOG_SEARCH, PARAM_HEADERS, CallerContext, catalog_call_tool,
                             catalog_input, catalog_search_tool, mcp_names, own_tool_input, tool_list)
 from treg.identity import Identity

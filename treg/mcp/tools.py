@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import quote
 
-from treg.call.types import CallInput, ToolRef
+from treg.call.types import CallInput
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
 from treg.http_grammar import TOKEN
 from treg.identity import Credential, Identity
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
+from treg.org_data import ToolRef
 
 CATALOG_SEARCH = "catalog_search"
 CATALOG_CALL = "catalog_call"

@@ -26,21 +26,18 @@ rows and tag rows.
 
 from __future__ import annotations
 
-import datetime
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy import select
 
 from treg.context import Services
 from treg.errors import Conflict, IntegrityError, NotFound, TregError
+from treg.hold import HELD, RELEASED, SETTLED, Close, Closed, Hold  # noqa: F401 (HELD: the money API's)
 from treg.ids import new_id
 from treg.infra.db import Database, Tx
 from treg.infra.schema import holds
 from treg.money.ledger import check_amount
 from treg.money.limits import check_tag, hold_refusal
-
-HELD, SETTLED, RELEASED = "held", "settled", "released"
 
 #: the statements of the hot money path, as text with bound parameters (built once, at import)
 PLACE_SQL = ("SELECT refused, needed_micro, available_micro, limit_micro, hold_expires_at, hold_day "
@@ -48,41 +45,6 @@ PLACE_SQL = ("SELECT refused, needed_micro, available_micro, limit_micro, hold_e
              "%(trial_id)s, %(extra_cap)s, %(credit_org)s)")
 CLOSE_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
              "FROM treg_close_holds(%(calls)s, %(states)s, %(observed)s)")
-
-
-@dataclass(frozen=True)
-class Hold:
-    call_id: str
-    org_id: str
-    member_id: str | None
-    tag: str | None
-    amount_micro: int
-    day: datetime.date
-    expires_at: datetime.datetime
-
-    def charge_for(self, observed_micro: int) -> int:
-        """What ``settle(observed_micro)`` charges: the observed price, never more than the estimate."""
-        return max(0, min(int(observed_micro), self.amount_micro))
-
-
-@dataclass(frozen=True)
-class Close:
-    """One hold to close: ``settled`` at ``observed_micro`` (capped at the hold), or ``released``."""
-
-    call_id: str
-    state: str
-    observed_micro: int = 0
-
-
-@dataclass(frozen=True)
-class Closed:
-    """A hold this close closed (a hold already closed by someone else is not reported)."""
-
-    call_id: str
-    org_id: str
-    state: str
-    amount_micro: int
-    charged_micro: int
 
 
 async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_id: str, amount_micro: int,

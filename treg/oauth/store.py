@@ -33,7 +33,7 @@ from treg.management import refuse_unknown_fields
 from treg.memo import BoundedMemo
 from treg.oauth import apps, links
 from treg.oauth.errors import OAuthAppMissing
-from treg.oauth.provider import SCOPE_TOKEN
+from treg.catalog.oauth import SCOPE_TOKEN
 from treg.org_changes import changes, forget_local, notify
 from treg.settings import Settings
 

@@ -1,5 +1,5 @@
 """The token endpoint (RFC 6749 §4.1.3 code exchange, §6 refresh) and the revocation endpoint (RFC 7009),
-through the vetted session of :mod:`treg.oauth.runtime`.
+through the vetted session of :mod:`treg.oauth_runtime`.
 
 No database connection is held by anything here: callers take and release theirs around these awaits.
 Nothing here logs a value: an answer's body is parsed, never printed; a failure names its kind (a
@@ -24,7 +24,7 @@ from treg.context import Services
 from treg.errors import TregError
 from treg.infra.dns import unwrap_treg_error
 from treg.oauth.apps import OAuthClient
-from treg.oauth.provider import OAuthBlock
+from treg.catalog.oauth import OAuthBlock
 
 log = logging.getLogger("treg.oauth")
 

@@ -24,7 +24,8 @@ is importable from here:
 * ``mcp_client`` — ``Mcp`` and the JSON-RPC messages of both MCP revisions;
 * ``dashboard``  — ``login`` to the dashboard as a browser does (``post_login``), its session cookie and
   CSRF token;
-* ``tls``        — ``self_signed()``, a throwaway certificate for an https ``RawUpstream``.
+* ``tls``        — ``self_signed()``, a throwaway certificate for an https ``RawUpstream``;
+* ``import_graph`` — ``import_circles(graph)``, the circles of an import graph (the suite's import checks).
 
 Not imported here, each used by its module's name: ``browser`` (Debian's chromium through Playwright:
 ``async with browser.chromium() as b``), ``oauth_server`` (``DotServer``: Django OAuth Toolkit, a real
@@ -47,6 +48,7 @@ from treg.testing.databases import (base_dsn, checkout_root, drop_template, dsn_
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
 from treg.testing.gateway import Gateway, add_member, audit_row, open_org, vendor_gateway
+from treg.testing.import_graph import import_circles
 from treg.testing.mcp_client import LEGACY, META, MODERN, Mcp, legacy_headers, modern_headers, modern_message
 from treg.testing.migrations import (assert_schema_matches, assert_up_down_up, column_names, table_names,
                                      table_of)
@@ -66,7 +68,7 @@ __all__ = [
     "assert_schema_matches", "assert_up_down_up", "audit_row", "base_dsn", "build_catalog_of", "call_input",
     "catalog_problems", "check_books", "checkout_root", "column_names", "contract_provider",
     "count_hold_closes", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider",
-    "free_port", "fresh_database", "http", "http_response", "legacy_headers", "login", "login_form", "make_settings",
+    "free_port", "fresh_database", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",
     "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",
     "run_cli", "run_treg", "self_signed", "serve_pair", "session_cookie", "stop_all", "table_names", "table_of",

@@ -42,10 +42,9 @@ LOCATION = """\
         proxy_http_version 1.1;
         proxy_set_header Connection "";
         proxy_set_header Host $http_host;
-        # treg believes these only from TREG_TRUSTED_PROXIES (the address nginx connects from)
-        # and never relays either upstream; X-Forwarded-For is replaced, not appended to: the
-        # public demo counts calls by its leftmost entry, which must be the address nginx saw
-        proxy_set_header X-Forwarded-For $remote_addr;
+        # treg believes these only from TREG_TRUSTED_PROXIES (the address nginx connects from),
+        # reads X-Forwarded-For from the right, and never relays either upstream
+        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
         proxy_set_header X-Forwarded-Proto $scheme;
         # streamed both ways (server-sent events, large uploads); treg enforces its own body limits
         proxy_buffering off;

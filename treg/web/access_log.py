@@ -30,9 +30,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from treg import logs
+from treg.redaction import MASK, mask_userinfo
 from treg.web import forwarded
-from treg.call.evidence import MASK
-from treg.call.target import mask_userinfo
 
 #: at most this many access lines are formatted in one batch: a bound on memory between two timer
 #: flushes, and on how long one batch holds the loop (docs/performance.md, round 4)

@@ -7,10 +7,11 @@ from typing import Any
 
 from aiohttp import web
 
-from treg.catalog import ladder
+from treg import org_data
+from treg.catalog import tiers
 from treg.catalog.alternatives import alternatives
 from treg.catalog.errors import EndpointNotFound
-from treg.catalog.ladder import OrgCredentials
+from treg.catalog.tiers import OrgCredentials
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
 from treg.catalog import search
@@ -29,12 +30,12 @@ _STATUSES = ("live", "retired", "broken")
 
 def _tier_view(registry: CatalogRegistry, ep: Endpoint, creds: OrgCredentials, svc: Services) -> dict[str, Any]:
     provider = registry.provider_of(ep)
-    tier = ladder.offer_tier(provider, ep, creds, svc.settings) if ep.is_live else None
+    tier = tiers.offer_tier(provider, ep, creds, svc.settings) if ep.is_live else None
     out: dict[str, Any] = {"credential_tier": tier, "callable": tier is not None,
                            "billed": tier == "platform"}
     if tier is None and ep.is_live:
-        out["needs"] = ladder.needed_tier(provider, ep)
-        out["how_to_get_credential"] = ladder.how_to_get_credential(provider, ep)
+        out["needs"] = tiers.needed_tier(provider, ep)
+        out["how_to_get_credential"] = tiers.how_to_get_credential(provider, ep)
     if ep.route is not None:  # a routed endpoint's children, each with the tier this caller would get
         out["children"] = ep.route.children_json(creds, svc.settings)
     return out
@@ -55,7 +56,7 @@ async def list_endpoints(request: web.Request) -> web.Response:
                  if provider is None or ep.provider == provider]
     else:
         found = registry.search(provider=provider, capability=q.get("capability") or None, q=words, status=status)
-    creds = await ladder.load_org_credentials(svc, ident, {ep.provider for ep in found}
+    creds = await org_data.load_org_credentials(svc, ident, {ep.provider for ep in found}
                                               | {p for ep in found if ep.route for p in ep.route.provider_ids})
     # each row says how to call it: an agent reading a search needs no second request per endpoint
     usable = await overflow_usability(svc, ident, found)
@@ -75,7 +76,7 @@ async def get_endpoint(request: web.Request) -> web.Response:
     if ep is None:
         raise with_pointer(registry, EndpointNotFound(endpoint_id, did_you_mean(registry, endpoint_id)), endpoint_id)
     alts_providers = {a.provider for a in registry.with_capability(ep.capability)} if ep.capability else set()
-    creds = await ladder.load_org_credentials(svc, ident, {ep.provider} | alts_providers)
+    creds = await org_data.load_org_credentials(svc, ident, {ep.provider} | alts_providers)
     body = ep.to_json((await overflow_usability(svc, ident, [ep]))(ep.provider))
     body.update(_tier_view(registry, ep, creds, svc))
     provider = registry.provider_of(ep)
@@ -93,7 +94,7 @@ async def list_providers(request: web.Request) -> web.Response:
     rows = []
     for provider in registry.providers.values():
         row = provider.to_json()
-        row["platform_key_configured"] = ladder.platform_key_configured(provider, svc.settings)
+        row["platform_key_configured"] = tiers.platform_key_configured(provider, svc.settings)
         row["anonymous_allowed"] = provider.id in svc.settings.anonymous_providers
         rows.append(row)
     return json_response({"providers": rows})

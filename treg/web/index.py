@@ -13,11 +13,11 @@ from typing import Any
 from aiohttp import web
 
 from treg import __version__, authentication
-from treg.call.resolve import org_tools, usable
 from treg.catalog.search import SEARCH_PATH
 from treg.errors import TregError
 from treg.keys import SERVICES
 from treg.mcp.protocol import SUPPORTED
+from treg.org_data import org_tools, usable
 from treg.web.jsonio import json_response
 
 routes = web.RouteTableDef()

@@ -10,8 +10,9 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg import calls, deny_rules, membership, money, org_settings, public_demo, secrets_store, tools, ui_sessions
-from treg.catalog import ladder
+from treg import (calls, deny_rules, membership, money, org_data, org_settings, public_demo, secrets_store, tools,
+                  ui_sessions)
+from treg.catalog import tiers
 from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
 from treg.keys import SERVICES, SETTINGS
@@ -427,13 +428,13 @@ async def catalog(p: Page) -> web.StreamResponse:
     alt_lists = {ep.id: [a for a in (registry.with_capability(ep.capability) if ep.capability else ()) if a.id != ep.id]
                  for ep in found}
     providers = {ep.provider for ep in found} | {a.provider for alts in alt_lists.values() for a in alts}
-    creds = await ladder.load_org_credentials(p.svc, p.ident, providers)
+    creds = await org_data.load_org_credentials(p.svc, p.ident, providers)
     rows = []
     for ep in found:
         provider = registry.provider_of(ep)
-        tier = ladder.offer_tier(provider, ep, creds, p.svc.settings) if ep.is_live else None
+        tier = tiers.offer_tier(provider, ep, creds, p.svc.settings) if ep.is_live else None
         rows.append({**ep.summary_json(), "tier": tier,
-                     "needs": None if tier or not ep.is_live else ladder.needed_tier(provider, ep),
+                     "needs": None if tier or not ep.is_live else tiers.needed_tier(provider, ep),
                      "alternatives": alternatives(registry, ep, p.svc.settings, creds) if alt_lists[ep.id] else []})
     return p.render("catalog.html", "catalog", endpoints=rows, q=text)
 

@@ -3,6 +3,10 @@
 The pipeline's overflow child cycle calls :func:`judge` with the attempt's :class:`OverflowResult` and
 acts on the :class:`Verdict`: relay and settle, or release the overflow hold, set the health mark, and
 answer 503 ``provider_capacity`` (a second aggregator is never tried on the same call).
+
+The overflow stage's pure half (``treg/call/overflow_stage.py``): it reads the vendor's answer through
+treg's capacity signatures, so it sits above both ``treg/overflow/`` (which the catalog loader needs
+below itself, for the aggregators its rows name) and ``treg/capacity/``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ killed mid-sweep blocks nobody). Two sweeps would be correct anyway (every close
 conditional ``UPDATE … WHERE state = 'held'`` as the pipeline's, so a hold is closed exactly once) but
 would contend for the same orgs' balance rows with live calls, twice over. Only holds past their
 ``expires_at`` (placed ``TREG_HOLD_TTL_S`` ago) are touched, never a live call's.
+
+It sweeps what three stores keep (money's holds, the async jobs whose hold it released, idempotency's
+expired entries), so it sits above all three (``treg/money/``, ``treg/jobs/``, ``treg/idempotency.py``),
+none of which imports it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ The session is opened by :func:`setup` (an app component, ``treg.app.COMPONENTS`
 addresses the SSRF guard passed (``TREG_SSRF_ALLOW`` exempts), no cookies, no proxy from the
 environment, no redirect followed. Until it opens (a CLI command, a domain test) the null session
 refuses every request, so nothing is ever sent unvetted.
+
+A field of the services (``Services.oauth``), so it sits below them, beside the other parts a process
+holds; the rest of OAuth is ``treg/oauth/``.
 """
 
 from __future__ import annotations
