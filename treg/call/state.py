@@ -21,7 +21,7 @@ from treg.call_record import USER_AGENT_MAX, CallRecord
 from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
-from treg.identity import Identity
+from treg.identity import DEMO, Identity
 from treg.infra.upstream import RawHeaders, UpstreamResponse
 from treg.oauth.credentials import credential_kind
 from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
@@ -52,7 +52,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
-        *(credential_kind(t.bindings) if t else (None, None)), state.ident.is_demo,
+        *(credential_kind(t.bindings) if t else (None, None)), state.ident.scope == DEMO,
         inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
     # once an overflow attempt took the answer over, the call's further rows are that attempt's
