@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 import treg.call
-from treg.call import (archive, authorize, capacity_stage, catalog_stage, demo, jobs, overflow_stage, record, relay,
+from treg.call import (archive, capacity_stage, catalog_stage, demo, jobs, overflow_stage, record, relay,
                        reserve, resolve, resources, service, settle, table as table_part)
 from treg.call.state import CallState
 
@@ -128,12 +128,12 @@ def test_every_feature_part_the_stages_call_is_in_its_row():
 
 
 def test_the_parts_other_stages_call_are_in_the_table():
-    """/table/'s and the public demo's parts called from resolve, the catalog half, authorize, reserve, an
+    """/table/'s and the public demo's parts called from execute, resolve, the catalog half, reserve, an
     overflow's hold and the exit are each in their row (their "1-3", "4 reserve" and "7 the exit" cells)."""
     _, rows = table()
     in_table = {(feature, name.rpartition(".")[2]) for feature, columns in rows.items()
                 for cell in columns.values() for _, name in named(cell)}
-    called = [part for fn in (resolve.resolve_target, catalog_stage.target_for, authorize.authorize,
+    called = [part for fn in (service.execute, resolve.resolve_target, catalog_stage.target_for,
                               reserve.reserve, overflow_stage._serve, record._unwind, record.exit_call)
               for part in parts_called(fn) if part[0] in ("/table/", "public demo")]
     assert {part[1] for part in called} >= {"screen", "check_endpoint", "credentials", "routed", "not_offered",

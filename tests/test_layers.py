@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "treg.results", "treg.metrics", "treg.oauth_runtime", "treg.startup")),
     ("services", ("treg.context",)),
     ("org data and domain", ("treg.org_changes", "treg.management", "treg.authentication", "treg.membership",
-                             "treg.org_settings", "treg.secrets_store", "treg.deny_rules", "treg.tool_urls",
+                             "treg.member_limits", "treg.org_settings", "treg.secrets_store", "treg.deny_rules", "treg.tool_urls",
                              "treg.tools", "treg.ui_sessions", "treg.idempotency", "treg.money", "treg.jobs",
                              "treg.owned_resources", "treg.archive", "treg.calls", "treg.reaper", "treg.oauth",
                              "treg.org_data", "treg.public_demo")),

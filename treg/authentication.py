@@ -85,7 +85,7 @@ async def authenticate(svc: Services, token: str | Credential | None, org_hint: 
             row = await tx.fetch_one(
                 select(tokens.c.id, tokens.c.token_hash, tokens.c.revoked_at, members.c.id.label("member_id"),
                        members.c.role, members.c.project_ids, members.c.org_id, orgs.c.slug, users.c.id.label("user_id"),
-                       users.c.email, tokens.c.scope, orgs.c.public_demo)
+                       users.c.email, tokens.c.scope, orgs.c.public_demo, members.c.calls_per_day)
                 .select_from(tokens.join(members, members.c.id == tokens.c.member_id)
                              .join(orgs, orgs.c.id == members.c.org_id).join(users, users.c.id == members.c.user_id))
                 .where(tokens.c.token_hash == digest))
@@ -101,7 +101,7 @@ async def authenticate(svc: Services, token: str | Credential | None, org_hint: 
         ident = Identity(org_id=row["org_id"], org_slug=row["slug"], member_id=row["member_id"],
                          user_id=row["user_id"], email=row["email"], role=row["role"],
                          project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,
-                         token_id=row["id"], scope=row["scope"])
+                         token_id=row["id"], scope=row["scope"], calls_per_day=row["calls_per_day"])
         cache.put(token, ident, org_id=ident.org_id, epoch=epoch)  # not if a change raced the read
     ident = _admitted(svc, ident, org_hint, scopes)
     if not svc.audit.batches_token_touch:  # no batching writer: noted at once

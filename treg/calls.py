@@ -102,7 +102,8 @@ async def _overflow_of(svc: Services, ident: Identity, call_id: str) -> dict[str
 #: what the dashboard's Activity page shows per row (the list columns plus what its status column names)
 PAGE_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.tool_name, calls.c.provider,
                                calls.c.endpoint_id, calls.c.error_code, HOLD_STATE)
-OUTCOMES = ("ok", "upstream_error", "refused", "gateway_failed", "stream_error", "cancelled", "replayed")
+OUTCOMES = ("ok", "upstream_error", "vendor_error", "refused", "gateway_failed", "stream_error", "cancelled",
+            "replayed")
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ these classes (``isinstance``), never on ``code`` strings; every code is listed 
     │   └── Conflict             409 conflict                        exists already, in use
     │       └── IntegrityError   409 conflict                        a constraint refused a write
     │
-    ├── money                                                                      blame caller
-    │   └── PaymentRequired      402 payment_required                balance, caps, budgets
+    ├── money and call limits                                                      blame caller
+    │   ├── PaymentRequired      402 payment_required                balance, caps, budgets
+    │   └── MemberCallCap        429 member_call_cap                 a member's calls a day (treg.member_limits)
     │
     ├── upstream: no answer from the upstream                                      blame upstream
     │   └── GatewayFailed        502 upstream_unreachable            timeout, reset, bad answer,

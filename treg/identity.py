@@ -36,6 +36,8 @@ class Identity:
     token_id: str
     #: the token's scope (:data:`SCOPES`); a dashboard session is always ``full``
     scope: str = FULL
+    #: the member's cap on calls a UTC day (treg/member_limits.py); None: none, and no query is spent on it
+    calls_per_day: int | None = None
 
     @property
     def is_manager(self) -> bool:

@@ -137,7 +137,7 @@ async def list_members(svc: Services, ident: Identity) -> list[dict[str, Any]]:
     async with svc.db.tx() as tx:
         rows = await tx.fetch_all(
             select(members.c.id.label("member_id"), users.c.email, members.c.role, members.c.project_ids,
-                   members.c.created_at)
+                   members.c.created_at, members.c.calls_per_day)
             .select_from(members.join(users, users.c.id == members.c.user_id))
             .where(members.c.org_id == ident.org_id).order_by(members.c.created_at))
     return rows

@@ -1,5 +1,5 @@
 """The reaper: releases holds a crash left open (in the caller's favour) and prunes expired
-idempotency entries. It runs once at startup and then every ``TREG_REAPER_INTERVAL_S`` seconds.
+idempotency entries (and the member call caps' counts of days a week past). It runs once at startup and then every ``TREG_REAPER_INTERVAL_S`` seconds.
 
 Several treg processes may share one database and all run it. One sweep runs at a time: a run first
 takes a PostgreSQL advisory lock (``pg_try_advisory_lock``) on a connection of its own and, finding it
@@ -76,7 +76,7 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
 
 async def run_once(svc: Services) -> dict[str, int]:
     """One sweep, unless another process's is under way (then nothing is done: zeros)."""
-    from treg import idempotency, public_demo
+    from treg import idempotency, member_limits, public_demo
 
     try:
         # outside the pool: holding a pooled connection for the sweep would starve a pool of one
@@ -91,9 +91,10 @@ async def run_once(svc: Services) -> dict[str, int]:
         if not locked:
             log.info("reaper: another treg process is sweeping; skipped")
             return {"holds_released": 0, "idempotency_pruned": 0}
-        swept = {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
+        out = {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
+        await member_limits.prune(svc)  # the call caps' counts of days past (a week kept, for questions)
         await public_demo.prune(svc)  # the public demo's hourly rows of clients that did not come back
-        return swept
+        return out
     finally:
         lock_conn.close()  # releases the lock with the session
 

@@ -144,7 +144,7 @@ async def lookup(svc: Services, session_id: str | None) -> Session | None:
         row = await tx.fetch_one(
             select(ui_sessions.c.id_hash, ui_sessions.c.csrf, ui_sessions.c.expires_at, tokens.c.id.label("token_id"),
                    members.c.id.label("member_id"), members.c.role, members.c.project_ids, members.c.org_id,
-                   orgs.c.slug, users.c.id.label("user_id"), users.c.email)
+                   orgs.c.slug, users.c.id.label("user_id"), users.c.email, members.c.calls_per_day)
             .select_from(ui_sessions.join(tokens, tokens.c.id == ui_sessions.c.token_id)
                          .join(members, members.c.id == ui_sessions.c.member_id)
                          .join(orgs, orgs.c.id == members.c.org_id).join(users, users.c.id == members.c.user_id))
@@ -155,7 +155,7 @@ async def lookup(svc: Services, session_id: str | None) -> Session | None:
     ident = Identity(org_id=row["org_id"], org_slug=row["slug"], member_id=row["member_id"], user_id=row["user_id"],
                      email=row["email"], role=row["role"],
                      project_ids=tuple(row["project_ids"]) if row["project_ids"] is not None else None,
-                     token_id=row["token_id"])
+                     token_id=row["token_id"], calls_per_day=row["calls_per_day"])
     return Session(ident, row["csrf"], row["expires_at"])
 
 

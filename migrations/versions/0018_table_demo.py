@@ -5,13 +5,13 @@ an org runs as a public demo, whether a call was a demo call, and the demo's sli
 address (docs/sharing.md).
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0018'
-down_revision = '0016'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 

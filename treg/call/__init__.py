@@ -7,8 +7,10 @@
 2. ``resolve.py`` — which upstream, through which tool: by name, by passthrough URL (``target.py``; the
    org's tools are ``treg/org_data.py``'s), a catalog endpoint (``catalog_stage.py``) or a sealed
    redirect (``redirects.py``).
-3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes; then, on a
-   catalog call, the features' gates (the table below).
+3. ``authorize.py`` — the tool ACL, then the org's deny rules on where the call really goes, then the
+   member's call cap (``call_caps.py``: every call that passes counts, any tier, own tools too; a call
+   refused later gives its count back in 7's exit), then a public demo call's gate (``demo.py``); then,
+   on a catalog call, the features' gates (the table below).
 4. ``reserve.py`` — platform tier only: the idempotency claim, then the money hold.
 5. ``relay.py`` — the exact upstream request with its credentials injected, its destination vetted,
    sent.
@@ -17,14 +19,22 @@
 7. ``record.py`` — one audit row and ``tool_called`` event per identified attempt (``evidence.py``,
    ``audit.py``), and the one exit that unwinds and records every failure.
 
-A routed ``treg.<capability>`` leaves after 2: ``routed.py`` runs its children through this list, one
+Two catalog row rules act in stages above (``treg/catalog/``): **request guards** (``guards.py``) in 2,
+the ladder's platform branch: treg's own key refuses an integer out of range and sends a missing
+default, before any hold (``catalog_stage.with_defaults``: the request as sent from there on); the
+**success rule** (``success.py``) in 6: a metered 2xx failing it is a ``vendor_error``, its hold released
+(``settle.vendor_success``), and it decides an async submission's acceptance and done poll
+(``jobs.py``), what the archive stores (``archive.py``) and which routed child answered (``routed.py``).
+
+A routed ``treg.<capability>`` leaves after 2 (counted once against the member's call cap): ``routed.py`` runs its children through this list, one
 child call each, and closes the holds their settle stages left open.
 
 **The catalog's features, by stage.** Seven features of catalog calls act in some of the stages: each
 part is one function of the feature's own module, called with one line from its stage, and its number
 is its place in that stage ("1-3" says instead, in parentheses, which stage calls it: 1 intake, in
-``service.execute``; 2 ``resolve.py`` or ``catalog_stage.py``; 3 ``authorize.py``), "after 3" is ``service.execute``'s gates between
-authorize and reserve, "4 reserve" the reserve stage's (the claim, the overflow and the hold are
+``service.execute``; 2 ``resolve.py`` or ``catalog_stage.py``; 3 authorize: ``authorize.py``, then
+``execute``'s call cap and the demo's gate), "after 3" is ``service.execute``'s gates between authorize
+and reserve, "4 reserve" the reserve stage's (the claim, the overflow and the hold are
 ``reserve.reserve``'s, the archive's lookup ``execute``'s next line), "6 settle" the settle stage's
 metered answer (``settle._metered_outcome``; ``read_whole`` decides it is one), and "then" the parts
 ``service.answer`` runs on the answer settle made (or a replay's, an archive hit's) before it leaves. An
@@ -56,7 +66,8 @@ public demo      screen (2);                    hold_cap (on                    
                  credentials,                   place_hold)                                              refusal_headers
                  not_offered,
                  routed (2);
-                 gate (3, last)
+                 gate (3, after
+                 the call cap)
 ===============  ==============  =============  ===================  =============  ===================  ===============
 
 * **owned resources** (``resources.py``; its rows ``treg/owned_resources.py``, its row descriptor
@@ -89,8 +100,9 @@ public demo      screen (2);                    hold_cap (on                    
 * **public demo** (``demo.py``; the switch, tokens, hourly window and budget ``treg/public_demo.py``; a
   ``demo``-scoped token's call): in resolve a listed endpoint by its exact id only, GET only
   (``screen``), the ladder without ``own``/``team`` (``credentials``; ``not_offered``, ``routed`` in
-  ``catalog_stage.py``); its ``gate`` is authorize's last (after the tool ACL, the deny rules and the
-  member's call cap: the seed's order), the hour per client address counted there; the daily budget
+  ``catalog_stage.py``); its ``gate`` is the authorize stage's last (``service.execute``, after the tool
+  ACL, the deny rules and the member's call cap: the seed's order), the hour per client address counted
+  there; the daily budget
   rides every hold it places (``hold_cap``: reserve's and an overflow attempt's); the exit gives the hour
   back when refused before any vendor contact (``give_back``) and marks the refusal; ``mark`` puts
   ``X-Treg-Demo: 1`` on every other answer.

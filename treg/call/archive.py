@@ -10,6 +10,7 @@ classifiers and the archive.
   billed call (the hold placed by the reserve stage as usual, settled here); on the team and own tiers
   treg bills nothing, hit or not.
 * What is stored: a 2xx of at most ``TREG_ARCHIVE_MAX_BYTES`` received with identity encoding, that
+  passes the endpoint's declared success rule (``treg/catalog/success.py``; a failing answer never is), that
   the endpoint's classifier (``treg/results.py``) called a ``hit`` (or a ``miss`` with
   ``admit_misses``); with no classifier, every such 2xx. ``unknown`` is never stored, nor a part (a
   ``206``, any answer to a ``Range`` request, which never reads an entry either).
@@ -35,6 +36,7 @@ from treg.catalog.archive_policy import ArchivePolicy, CredentialRef, archive_ke
 from treg.call import catalog_stage, headers as hdr, metered
 from treg.call.record import answered
 from treg.call.state import CallOutcome, CallState
+from treg.catalog.success import SuccessRule, succeeded
 from treg.context import Services
 from treg.errors import BadRequest, TregError
 from treg.infra.upstream import UpstreamResponse
@@ -49,8 +51,8 @@ log = logging.getLogger(__name__)
 #: the ``tool_called`` event's ``cache_admission``: what the archive decided about a fresh answer it
 #: took part in (None: it did not, or the call was a hit): stored, or why not
 ADMITTED = "admitted"
-ADMISSIONS = (ADMITTED, "bypass", "partial", "not_2xx", "too_large", "encoded", "spooled", "result_miss",
-              "result_unknown", "store_failed")
+ADMISSIONS = (ADMITTED, "bypass", "partial", "not_2xx", "not_success", "too_large", "encoded", "spooled",
+              "result_miss", "result_unknown", "store_failed")
 
 CONTROL = "x-treg-cache"
 CONTROLS = ("refresh", "bypass")
@@ -194,11 +196,18 @@ def storable_status(status: int) -> bool:
     return 200 <= status < 300 and status != 206
 
 
+def _success_rule(state: "CallState") -> SuccessRule | None:
+    return state.target.catalog.endpoint.success if state.target is not None else None
+
+
 async def _keep(svc: Services, state: "CallState", plan: ArchivePlan, resp: UpstreamResponse, data: bytes,
-                verdict: str | None) -> None:
+                verdict: str | None, answer: object) -> None:
     c = classifier(svc, state)
     admitted = c is None or (verdict is not None and c.admits(verdict))
-    refusal = (f"result_{verdict}" if not admitted else "too_large" if len(data) > svc.settings.archive_max_bytes
+    # an answer that fails the endpoint's declared success rule (a 2xx with an error inside) is never stored
+    failed = not succeeded(_success_rule(state), resp.status, answer)
+    refusal = ("not_success" if failed else f"result_{verdict}" if not admitted
+               else "too_large" if len(data) > svc.settings.archive_max_bytes
                else "encoded" if encodings_applied(resp) else "bypass" if plan.key is None
                else "partial" if not storable_status(resp.status) else None)
     if refusal is not None:
@@ -232,7 +241,7 @@ async def observe(svc: Services, state: "CallState", resp: UpstreamResponse, dat
     if skipped is not None or data is None:
         state.cache_state, state.cache_admission = MISS, skipped
         return
-    await _keep(svc, state, plan, resp, data, verdict)
+    await _keep(svc, state, plan, resp, data, verdict, answer)
 
 
 def _skipped(state: "CallState", plan: ArchivePlan, resp: UpstreamResponse) -> str | None:
@@ -278,10 +287,11 @@ async def read_for_archive(svc: Services, state: "CallState", resp: UpstreamResp
     else:
         c = classifier(svc, state)
         verdict = None
+        answer = await metered.answer_evidence(data, ()) if c is not None or _success_rule(state) else None
         if c is not None:
-            verdict, state.result_reason = c.explain(await metered.answer_evidence(data, ()))
+            verdict, state.result_reason = c.explain(answer)
             state.result_state = verdict
-        await _keep(svc, state, plan, resp, data, verdict)
+        await _keep(svc, state, plan, resp, data, verdict, answer)
 
     async def replay() -> AsyncIterator[bytes]:
         for chunk in head:

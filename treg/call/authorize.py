@@ -1,5 +1,4 @@
-"""Authorize stage: the tool ACL, then the org's deny rules on the resolved upstream, then the public demo's
-gate (a demo token's call: treg/call/demo.py).
+"""Authorize stage: the tool ACL, then the org's deny rules on the resolved upstream.
 
 Deny rules apply to every role (a guardrail, not a permission) and to both call shapes, because they
 are matched against where the call actually goes. The path and method are compared as the upstream
@@ -19,7 +18,6 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from treg.call import demo
 from treg.call.bodies import read_bounded
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
@@ -32,23 +30,10 @@ from treg.org_data import org_deny_rules, usable
 
 async def authorize(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> CallInput:
     """The call's input, its body read into memory when a deny rule needed to see it. ``inp.headers``
-    are the caller's: a method-override header among them counts as the method. The gates, in the
-    seed's order: the tool ACL, the deny rules, the member's call cap, then the public demo's
-    (treg/call/demo.py)."""
+    are the caller's: a method-override header among them counts as the method."""
     if target.tool is not None and not usable(ident, target.tool):
         raise Forbidden(f"you may not use the tool {target.tool.name!r} (project scope or allowed members)",
                         code="tool_forbidden", refused_by="acl")
-    inp = await deny(svc, ident, inp, target)
-    # (the member's call cap goes here, after the deny rules and before the demo's gate: the seed's order;
-    # it is branch seed-rules', not on main yet)
-    if ident.is_demo:  # the public demo: only its endpoints, and so often from one address
-        await demo.gate(svc, ident, inp, target)
-    return inp
-
-
-async def deny(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> CallInput:
-    """The org's deny rules on where the call really goes (the input back: its body read when a rule
-    with a method needed it)."""
     rules = await org_deny_rules(svc, ident.org_id)
     if not rules:
         return inp

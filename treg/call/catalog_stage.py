@@ -8,6 +8,7 @@ with own-tool calls.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from treg import idempotency
@@ -15,11 +16,12 @@ from treg.call import demo
 from treg.call.injection import provider_plan
 from treg.call.resources import call_pin
 from treg.call.state import CallState
-from treg.call.types import ResolvedTarget
+from treg.call.types import CallInput, ResolvedTarget
 from treg.catalog import lookup
 from treg.catalog.errors import NoCredential
 from treg.catalog.ladder import plan_call
 from treg.catalog.enforce import check_request
+from treg.catalog.guards import Applied
 from treg.catalog.model import Endpoint
 from treg.context import Services
 from treg.oauth import credentials as oauth
@@ -57,6 +59,9 @@ async def target_for(svc: Services, ident: Identity, state: CallState, endpoint:
         if ident.is_demo:
             raise demo.not_offered(endpoint.id) from None
         raise await oauth.no_credential(svc, ident, endpoint.provider, exc) from None
+    # treg's key: a guard's default is part of the request from here on (the relay, the idempotency digest
+    # and the archive key all read this one request)
+    state.inp = inp = with_defaults(inp, cat.guarded)
     tool = None
     if cat.tool_id is not None:
         tool = next((t for t in await org_tools(svc, ident.org_id) if t.id == cat.tool_id), None)
@@ -70,6 +75,8 @@ async def target_for(svc: Services, ident: Identity, state: CallState, endpoint:
         plan = None  # anonymous (nothing to inject), or an own tool the cache has not seen yet
     base, _, fixed_query = cat.upstream_url.partition("?")
     extra = list(cat.required_headers)
+    if cat.guarded.body_created:  # the body is treg's own JSON object (the caller sent none)
+        extra.append(("Content-Type", "application/json"))
     if cat.scope_idempotency_key and inp.idempotency_key:
         # one shared provider account: the upstream sees a digest of (org, label), never the label
         extra.append(("Idempotency-Key", idempotency.shared_key_digest(ident.org_id, inp.idempotency_key,
@@ -78,6 +85,20 @@ async def target_for(svc: Services, ident: Identity, state: CallState, endpoint:
         upstream_url=base, query=tuple(split_query(fixed_query)) + tuple(cat.query), tool=tool,
         bindings=cat.bindings, provider=cat.provider.id, credential_tier=cat.tier, endpoint_id=endpoint.id,
         extra_headers=tuple(extra), billed=cat.billed, catalog=cat, plan=plan)
+
+
+def with_defaults(inp: CallInput, guarded: Applied) -> CallInput:
+    """The request as treg sends it once a platform-tier guard's defaults are in (treg/catalog/guards.py):
+    the default query pairs appended to the raw query, the body with its added fields (and its length).
+    Everything after resolution reads this one request: the relay, and the idempotency digest and the
+    archive key, so a request naming a default and one leaving it out are one request, as the vendor
+    sees them."""
+    if guarded.query:
+        added = "&".join(f"{k}={v}" for k, v in guarded.query)
+        inp = replace(inp, raw_query=f"{inp.raw_query}&{added}" if inp.raw_query else added)
+    if guarded.body is not None:
+        inp = replace(inp, body=guarded.body, content_length=len(guarded.body))
+    return inp
 
 
 async def resolve_catalog_surface(svc: Services, ident: Identity, state: CallState) -> ResolvedTarget:

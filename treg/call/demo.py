@@ -6,7 +6,8 @@ its limits' state in PostgreSQL: treg/public_demo.py). A call made with a ``demo
   ``demo_not_allowed`` before its ladder is looked at; the ladder skips ``own`` and ``team``: the demo
   spends only the operator's key (``platform``) or none (``anonymous``), never the org's credentials, and an
   endpoint neither offers is ``demo_not_allowed`` too;
-* authorize (:func:`gate`), after the tool ACL, the deny rules and the member cap, in the seed's order: the
+* authorize (:func:`gate`, called by ``service.execute`` after ``authorize`` and the member's call cap,
+  ``call_caps.count``), after the tool ACL, the deny rules and the member cap, in the seed's order: the
   same checks again on the resolved target (its tier among them), then the client address's sliding hour
   (429 ``demo_rate_limited`` with ``retry_after_s``);
 * reserve (:func:`hold_cap`): the hold carries the demo's daily budget (429 ``demo_budget_spent``);
@@ -21,7 +22,7 @@ from typing import Any
 from treg import forwarded, public_demo
 from treg.authentication import DEMO_HEADER, demo_refusal
 from treg.call.state import CallOutcome, CallState
-from treg.call.types import CallInput, ResolvedTarget
+from treg.call.types import CallInput
 from treg.catalog.tiers import OrgCredentials
 from treg.context import Services
 from treg.errors import SsrfRefused, TregError
@@ -62,9 +63,13 @@ def routed(endpoint_id: str) -> TregError:
                         "the endpoint it should call in TREG_DEMO_ENDPOINTS")
 
 
-async def gate(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget) -> None:
-    """Authorize's half, its last gate: what may be called (again, on the resolved target and its tier),
-    then the client address's hour (counted here, in PostgreSQL; given back if a later gate refuses)."""
+async def gate(svc: Services, state: CallState) -> None:
+    """Authorize's half, its last gate (``service.execute``, after the member's call cap): what may be
+    called (again, on the resolved target and its tier), then the client address's hour (counted here, in
+    PostgreSQL; given back if a later gate refuses). Any other call: nothing."""
+    ident, inp, target = state.ident, state.inp, state.target
+    if ident is None or not ident.is_demo or target is None:
+        return
     _allowed(svc, target.endpoint_id, inp.method)
     if target.catalog is None or target.credential_tier not in TIERS:
         raise not_offered(target.endpoint_id or inp.rest)

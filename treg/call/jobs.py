@@ -11,8 +11,10 @@ Three moments of a call, each one line in its stage:
   (a fetch still streams, never buffered);
 * :func:`after_answer` (settle, once the answer is in hand and before it is stored for replay): a 2xx
   submission naming a task id records the job and leaves its hold open (``X-Treg-Async`` added); one
-  naming none settles at 0 at once. A 2xx poll reading ``done`` settles the submission's hold,
-  ``failed`` releases it, anything else renews its lease (``treg/jobs/store.py`` closes it once).
+  naming none, or failing the endpoint's declared success rule (a 2xx with an error inside), releases its
+  hold at once. A 2xx poll reading ``done`` settles the submission's hold (unless the answer fails the
+  submission's success rule, frozen with the job: then it reads as ``failed``), ``failed`` releases
+  it, anything else renews its lease (``treg/jobs/store.py`` closes it once).
 
 On the own and team tiers none of this applies: those ids are the caller's own account's.
 """
@@ -178,15 +180,20 @@ def _id_text(value: Any) -> str | None:
     return text
 
 
-async def after_answer(svc: Services, state: "CallState", status: int, answer: Any) -> list[tuple[str, str]]:
-    """See the module docstring; returns the headers to add to the answer (and to its stored replay)."""
+async def after_answer(svc: Services, state: "CallState", status: int, answer: Any, *,
+                       success: bool) -> list[tuple[str, str]]:
+    """See the module docstring; returns the headers to add to the answer (and to its stored replay).
+    ``success``: the answer passed its endpoint's declared success rule (treg/catalog/success.py)."""
     if not 200 <= status < 300:
         return []
     if state.job is not None:
-        await _observe_poll(svc, state, answer)
+        await _observe_poll(svc, state, status, answer)
         return []
     sub = _submission(state)
     if sub is None:
+        return []
+    if not success:
+        await state.close_money(svc)  # a 2xx with an error inside is no accepted submission: no job, no charge
         return []
     task_id = _id_text(value_at(answer, sub.task_id_path))
     if task_id is None:
@@ -197,7 +204,7 @@ async def after_answer(svc: Services, state: "CallState", status: int, answer: A
     try:
         cat = target.catalog
         assert cat is not None
-        terms = JobTerms.at_submission(sub, cat.endpoint.price, cat.table_value)
+        terms = JobTerms.at_submission(sub, cat.endpoint.price, cat.table_value, cat.endpoint.success)
         recorded = await store.record(svc, org_id=ident.org_id, member_id=ident.member_id,
                                       provider=target.provider or "", endpoint_id=target.endpoint_id or "",
                                       task_id=task_id, call_id=state.inp.call_id, poll=sub.poll, fetch=sub.fetch,
@@ -247,10 +254,10 @@ def job_terms(svc: Services, row: dict[str, Any]) -> JobTerms | None:
     sub = endpoint.async_job if endpoint is not None else None
     if not isinstance(sub, Submission):
         return None
-    return JobTerms.at_submission(sub, endpoint.price, None)  # type: ignore[union-attr]
+    return JobTerms.at_submission(sub, endpoint.price, None, endpoint.success)  # type: ignore[union-attr]
 
 
-async def _observe_poll(svc: Services, state: "CallState", answer: Any) -> None:
+async def _observe_poll(svc: Services, state: "CallState", status: int, answer: Any) -> None:
     """The job's state and money from an owned 2xx poll. A database fault here never costs the caller
     the vendor's answer: it is logged and relayed, and the hold stays open for the next poll or the
     reaper to close, once (the close and the job's mark are one transaction: both or neither)."""
@@ -260,16 +267,23 @@ async def _observe_poll(svc: Services, state: "CallState", answer: Any) -> None:
     if terms is None:
         return  # the submission's terms are unknown: the reaper decides (free)
     try:
-        await _settle_from_poll(svc, row, terms, answer)
+        await _settle_from_poll(svc, row, terms, status, answer)
     except TregError as exc:
         log.warning("call %s: the job of call %s could not be settled from this poll (%s); the vendor's answer "
                     "is relayed and the next poll or the reaper closes its hold", state.inp.call_id,
                     row["call_id"], exc.code)
 
 
-async def _settle_from_poll(svc: Services, row: dict[str, Any], terms: JobTerms, answer: Any) -> None:
+async def _settle_from_poll(svc: Services, row: dict[str, Any], terms: JobTerms, http_status: int,
+                            answer: Any) -> None:
     status = value_at(answer, terms.status_path)
-    if isinstance(status, str) and status in terms.done:
+    if isinstance(status, str) and status in terms.done and terms.success is not None \
+            and not terms.success.holds(http_status, answer):
+        # done, yet the submission's success rule fails on the result (an error inside a done job): failed,
+        # released. Only a done status can be read so: a poll the caller could make fail (a bad parameter's
+        # 200 with an error) must never free a job the vendor runs
+        await store.finish(svc, row, store.FAILED)
+    elif isinstance(status, str) and status in terms.done:
         if not _usage_known(terms.price, answer):
             await store.touch(svc, row)  # done without its meter: a later poll (or the reaper) closes it
             return

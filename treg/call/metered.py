@@ -154,10 +154,11 @@ def _place(skeleton: Any, doc: Any, parts: list[str], value: Any) -> Any:
     return base
 
 
-def _keep_paths(doc: Any, paths: Iterable[str]) -> dict[str, Any]:
+def _keep_paths(doc: Any, paths: Iterable[str]) -> Any:
     """Only the values at the evidence paths survive, each at its original place: the path
     ``candidates.0.finishReason`` keeps ``{"candidates": [{"finishReason": "STOP"}]}``, not the
-    megabytes of inline media beside it in ``candidates.0.content``."""
+    megabytes of inline media beside it in ``candidates.0.content``. A JSON answer that is no object
+    keeps nothing (``{}``): it is JSON all the same (a success rule tells it from no JSON)."""
     if not isinstance(doc, dict):
         return {}
     out: dict[str, Any] = {}
@@ -169,24 +170,24 @@ def _keep_paths(doc: Any, paths: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-async def spool_evidence(spooled: Spooled, paths: Iterable[str], applied: Sequence[str] = ()) -> dict[str, Any]:
+async def spool_evidence(spooled: Spooled, paths: Iterable[str], applied: Sequence[str] = ()) -> Any:
     """Parse the spooled JSON once in a worker thread; keep only ``paths``. ``applied``: the answer's
     content codings (the spool holds the bytes as relayed), undone for the parse within the spool
-    limit. Not JSON, or not decodable: empty evidence."""
+    limit. Not JSON, or not decodable: None (no evidence, as :func:`answer_evidence` says it)."""
     paths = list(paths)
 
-    def parse() -> dict[str, Any]:
+    def parse() -> Any:
         spooled.file.seek(0)
         try:
             if applied:
                 decoded = encodings.decode(spooled.file.read(), list(applied), SPOOL_MAX)
                 if decoded is None:
-                    return {}
+                    return None
                 doc = json.loads(decoded)
             else:
                 doc = json.load(spooled.file)
         except (ValueError, UnicodeDecodeError):
-            return {}
+            return None
         return _keep_paths(doc, paths)
 
     async with spooled.budget.parse_gate:

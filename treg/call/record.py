@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 from treg import idempotency
-from treg.call import demo, evidence
+from treg.call import call_caps, demo, evidence
 from treg.call.state import CallState, Finish
 from treg.call_record import CallRecord
 from treg.context import Services
@@ -95,6 +95,7 @@ async def exit_call(svc: Services, state: CallState, exc: BaseException) -> None
         resp.close()  # once: CloseOnce ignores a repeat
     try:
         await _unwind(svc, state, exc)
+        await call_caps.give_back(svc, state, exc)  # a refused call does not count against the member's cap
     finally:
         if not state.audited:
             state.audited = True
@@ -144,14 +145,16 @@ def finisher(svc: Services, state: CallState, resp: UpstreamResponse,
                                     response_bytes=sent, request_bytes=state.inp.content_length))
             return
         outcome = ended_as(resp.status, error)
+        failed = resp.status >= 400 or state.vendor_error
+        if outcome == "ok" and state.vendor_error:
+            outcome = "vendor_error"  # a 2xx that failed the endpoint's success rule (treg/catalog/success.py)
         error_response = None
         if err_head is not None:
             error_response = evidence.response_evidence(resp.status, resp.headers, err_head[0], err_head[1],
                                                         state.redactor)
         audit(svc, state.record(outcome=outcome, status=resp.status, response_bytes=sent,
                                 request_bytes=state.inp.content_length, error_request=state.request_evidence(),
-                                error_response=error_response,
-                                blame="upstream" if resp.status >= 400 else None))
+                                error_response=error_response, blame="upstream" if failed else None))
 
     return finish_once(state, record_answer)
 

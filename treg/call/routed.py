@@ -6,8 +6,9 @@ A routed endpoint has no credential ladder of its own: the resolve stage hands i
 (ladder, deny rules, capacity, money, relay, audit), with the routed call's id as ``parent_call_id``.
 
 * a child the caller has no credential tier for is skipped without a call (attempt error
-  ``no_credential``); a child that fails (a non-2xx answer, or a treg refusal such as
-  ``provider_capacity`` or ``insufficient_balance``) passes to the next; the first 2xx stops;
+  ``no_credential``); a child that fails (a non-2xx answer, a 2xx failing the child's declared success
+  rule: ``vendor_error``, or a treg refusal such as ``provider_capacity`` or ``insufficient_balance``)
+  passes to the next; the first 2xx that is a success stops;
 * money: a child's settle stage does not close its hold but leaves it in :class:`DeferredCloses`
   (``CallInput.deferred``). When the routed call ends, the answering child is settled at its price and
   every other child released, each exactly once; a routed call that fails charges nothing. A child
@@ -29,7 +30,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
-from treg.call import headers as hdr, metered, reserve
+from treg.call import call_caps, headers as hdr, metered, reserve
 from treg.call.bodies import read_bounded
 from treg.call.record import answered
 from treg.call.state import CallOutcome, CallState
@@ -198,6 +199,12 @@ async def _try_child(svc: Services, execute: Execute, inp: CallInput, endpoint_i
         finishes.later(outcome, 0, exc)
         return Attempt.refused(endpoint_id, exc), None
     finishes.later(outcome, len(data), None)
+    endpoint = svc.catalog.get(endpoint_id)
+    rule = endpoint.success if endpoint is not None else None
+    if rule is not None and not rule.holds(outcome.status, await metered.answer_evidence(data, outcome.headers)):
+        # a 2xx with an error inside (the child's declared success rule): no answer, the next child is tried
+        return Attempt(endpoint_id, outcome.status, "vendor_error", "upstream",
+                       "the answer failed the endpoint's success rule"), None
     return Attempt(endpoint_id, outcome.status, None), _Won(child.call_id, endpoint_id, outcome, data)
 
 
@@ -270,6 +277,7 @@ async def run(svc: Services, state: CallState, execute: Execute) -> CallOutcome:
     assert target is not None and ident is not None
     plan: RoutedPlan = target.routed
     endpoint_id = target.endpoint_id or ""
+    await call_caps.count(svc, state)  # one call of the member's cap, whatever its children (they count not)
     await state.read_body(svc.settings.json_body_max_bytes)  # every child may send it: read once
     inp = state.inp
     if inp.idempotency_key and (replay := await _claim(svc, state, endpoint_id)) is not None:

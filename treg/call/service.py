@@ -13,8 +13,8 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import (archive, capacity_stage, demo, intake, jobs, overflow_stage, record, reserve, resolve,
-                       resources, routed, settle, table)
+from treg.call import (archive, call_caps, capacity_stage, demo, intake, jobs, overflow_stage, record, reserve,
+                       resolve, resources, routed, settle, table)
 from treg.call.authorize import authorize
 from treg.call.relay import prepare, send
 from treg.call.state import CallOutcome, CallState
@@ -35,6 +35,8 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
         state.inp = await authorize(svc, ident, state.inp, target)  # 3 authorize: ACL, deny rules
+        await call_caps.count(svc, state)  # ... then the member's call cap (every call that passes counts)
+        await demo.gate(svc, state)  # ... then a public demo call's gate: its endpoints, its hour per address
         if target.catalog is not None:  # the catalog's features (an own tool's call has none of them)
             await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
             await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs

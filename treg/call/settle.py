@@ -3,7 +3,9 @@
 * **streamed** (an own tool's answer, and a catalog answer with no hold to settle): relayed as it
   arrives; only the head of a failed answer is peeked and kept as evidence;
 * **metered** (a hold is open, or an owned object's or async job's answer): read whole (buffered, or
-  spooled to disk for a large one), then each catalog feature's part runs, one named function each, in
+  spooled to disk for a large one), judged by the endpoint's declared success rule
+  (:func:`vendor_success`, ``treg/catalog/success.py``: a 2xx failing it is a ``vendor_error``, relayed
+  unchanged and charged nothing), then each catalog feature's part runs, one named function each, in
   this order (``treg/call/__init__.py`` draws the whole table):
 
   1. overflow (:func:`_overflow`): a failed direct answer saying treg's account is out is served
@@ -16,7 +18,7 @@
      would pay again;
   5. ``/table/`` (``table.settles``): a 2xx of which no table can be made (no rows where the endpoint's
      ``table`` says) is not a success for money; the table is made here, once, so what is charged and
-     what is answered agree (any other call: its status decides);
+     what is answered agree (any other call: the success rule decides);
   6. money, the hold (:func:`_close_hold`): settled at the observed price (a success) or released; a
      routed call's child leaves it to the routed call;
   7. archive (``archive.observe``): the answer classified and stored;
@@ -39,6 +41,7 @@ from treg.call import archive, capacity_stage, catalog_stage, encodings, evidenc
 from treg.call import overflow_stage, redirects, resources, table
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
+from treg.catalog.success import succeeded
 from treg.context import Services
 from treg.infra.upstream import UpstreamResponse
 from treg.plugins import spool_evidence_paths
@@ -71,10 +74,12 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
         data, spooled, answer = await _read_answer(svc, state, resp, ok)
         if not ok and (overflowed := await _overflow(svc, state, resp, data)) is not None:  # 1 overflow
             return overflowed
+        # the endpoint's declared success rule: a 2xx with an error inside is no success for money
+        success = vendor_success(state, resp.status, answer)
         await resources.observe_answer(svc, state, resp.status, answer)  # 2 owned resources
-        relayed += await jobs.after_answer(svc, state, resp.status, answer)  # 3 async jobs
+        relayed += await jobs.after_answer(svc, state, resp.status, answer, success=success)  # 3 async jobs
         await state.store_for_replay(svc, resp.status, relayed, data if spooled is None else None)  # 4 money
-        charged = table.settles(svc, state, ok, data, resp.headers)  # 5 /table/: no rows, no charge
+        charged = table.settles(svc, state, success, data, resp.headers)  # 5 /table/: no rows, no charge
         await _close_hold(svc, state, charged, answer)  # 6 money
         await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)  # 7
     except BaseException:
@@ -85,7 +90,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     length = spooled.size if spooled is not None else len(data)
     headers = [*relayed, ("Content-Length", str(length)),
                *state.catalog_headers(None if jobs.deferred(state) else state.cost_micro)]
-    err_head = None if ok else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
+    # a failed answer's head is kept as evidence (a vendor_error's too: the error is inside its 2xx)
+    err_head = None if success else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
     finish = finisher(svc, state, resp, err_head)
     if spooled is None:
         return CallOutcome.whole_answer(resp.status, headers, data, finish, reason=resp.reason,
@@ -107,7 +113,7 @@ async def _read_answer(svc: Services, state: CallState, resp: UpstreamResponse,
         answer = await metered.spool_evidence(
             spooled, (*target.catalog.endpoint.price.evidence_paths,
                       *spool_evidence_paths(svc.pm, target.catalog.endpoint),
-                      *archive.classifier_paths(svc, target.endpoint_id)),
+                      *archive.classifier_paths(svc, target.endpoint_id), *success_paths(target)),
             encodings.codings(resp.headers))
         return b"", spooled, answer
     data = await metered.buffer_answer(resp)
@@ -123,6 +129,21 @@ async def _overflow(svc: Services, state: CallState, resp: UpstreamResponse, dat
     if overflowed is not None:
         await capacity_stage.after_answer(svc, state, resp, data)
     return overflowed
+
+
+def success_paths(target: Any) -> tuple[str, ...]:
+    """The paths of the answer the endpoint's success rule reads (a spooled answer keeps them)."""
+    rule = target.catalog.endpoint.success
+    return rule.paths if rule is not None else ()
+
+
+def vendor_success(state: CallState, status: int, answer: Any) -> bool:
+    """Whether a metered answer is a success for money (treg/catalog/success.py: the endpoint's rule, else
+    any 2xx); a 2xx that fails it is the call's ``vendor_error``: its hold released, its bytes relayed."""
+    assert state.target is not None and state.target.catalog is not None
+    ok = succeeded(state.target.catalog.endpoint.success, status, answer)
+    state.vendor_error = 200 <= status < 300 and not ok
+    return ok
 
 
 async def _close_hold(svc: Services, state: CallState, ok: bool, answer: Any) -> None:

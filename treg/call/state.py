@@ -162,6 +162,11 @@ class CallState:
     #: a lock covering this call that overflow may serve around (the reserve stage skips the direct attempt)
     capacity_lock: Lock | None = None
     smoothed: tuple[str, ...] = ()
+    #: a 2xx answer that failed the endpoint's declared success rule (treg/catalog/success.py): audited
+    #: ``vendor_error``, its hold released
+    vendor_error: bool = False
+    #: the call counted against its member's call cap (treg/call/call_caps.py), given back if refused
+    call_counted: Any = None
     #: a ``/table/`` call: what the caller asked of the table (treg/call/table.py ``TableCall``), else None
     table: Any = None
 

@@ -22,6 +22,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Literal, Mapping
 
 from treg.catalog.model import Endpoint, Price, UsageTerm
+from treg.catalog.success import from_json as success_from_json
 from treg.jsonpath import dig
 
 #: the loader's ``_Collector.add(plugin, row, field, message)``
@@ -105,17 +106,24 @@ class JobTerms:
     #: the price the done poll settles at: the submission's flat price (a table price's chosen row,
     #: as held), or its usage terms read from the done poll's answer
     price: Price
+    #: the submission's declared success rule (treg.catalog.success.SuccessRule): a done poll whose answer
+    #: fails it reads as failed; None: none (a job recorded before rules were frozen, too)
+    success: Any = None
 
     @classmethod
-    def at_submission(cls, sub: Submission, price: Price, table_value: str | None) -> "JobTerms":
+    def at_submission(cls, sub: Submission, price: Price, table_value: str | None,
+                      success: Any = None) -> "JobTerms":
         frozen = price if price.kind == "usage" else Price(kind="per_call",
                                                             per_call_micro=price.estimate_for(table_value))
         return cls(task_param=sub.task_param, status_path=sub.status_path, done=sub.done, failed=sub.failed,
-                   result_id_path=sub.result_id_path, price=frozen)
+                   result_id_path=sub.result_id_path, price=frozen, success=success)
 
     def to_json(self) -> dict[str, Any]:
-        return {"task_param": self.task_param, "status_path": self.status_path, "done": list(self.done),
-                "failed": list(self.failed), "result_id_path": self.result_id_path, "price": self.price.to_json()}
+        out = {"task_param": self.task_param, "status_path": self.status_path, "done": list(self.done),
+               "failed": list(self.failed), "result_id_path": self.result_id_path, "price": self.price.to_json()}
+        if self.success is not None:
+            out["success"] = self.success.to_json()
+        return out
 
     @classmethod
     def from_json(cls, raw: Any) -> "JobTerms | None":
@@ -125,7 +133,8 @@ class JobTerms:
         try:
             return cls(task_param=str(raw["task_param"]), status_path=str(raw["status_path"]),
                        done=tuple(str(v) for v in raw["done"]), failed=tuple(str(v) for v in raw["failed"]),
-                       result_id_path=raw.get("result_id_path"), price=_price_from_json(raw["price"]))
+                       result_id_path=raw.get("result_id_path"), price=_price_from_json(raw["price"]),
+                       success=success_from_json(raw.get("success")))
         except (KeyError, TypeError, ValueError, InvalidOperation):
             return None
 

@@ -11,7 +11,8 @@ Two stages, matching the seed's order:
   are enforced even without ``body_allowlist``, so a single-valued enum (a pricing discriminator such
   as a pinned ``model``) must equal its one value; a table price's field must be present and one of
   the listed values. The body is parsed strictly: duplicate keys are refused, so treg's reading and the
-  provider's can never disagree about which ``model`` was asked for.
+  provider's can never disagree about which ``model`` was asked for. Then the row's request guards
+  (:mod:`treg.catalog.guards`, called by the ladder right after): integer ranges and defaults.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from treg.catalog.errors import InvalidParameters, MethodNotAllowed
 from treg.catalog.load import matches_json, matches_text
 from treg.catalog.model import Endpoint, Param
 from treg.catalog.placeholders import decode_query_value, encode_segment
+from treg.catalog.success import json_equal
 
 QueryPairs = Sequence[tuple[str, "str | None"]]
 
@@ -87,17 +89,8 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality without Python's True == 1."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    return type(a) is type(b) and a == b
-
-
 def _in_enum(value: Any, enum: Sequence[Any]) -> bool:
-    return any(_same(value, e) for e in enum)
+    return any(json_equal(value, e) for e in enum)
 
 
 def _listing(values: Sequence[Any]) -> str:
@@ -212,7 +205,8 @@ def check_body(endpoint: Endpoint, body: Mapping[str, Any], *, allow_undeclared:
 
 def check_platform(endpoint: Endpoint, checked: CheckedRequest, body: bytes | None) -> PlatformCheck:
     """Tier-4-only checks (treg's own key pays); see the module docstring."""
-    needs = endpoint.price.kind == "table" or bool(endpoint.params_in("body"))
+    needs = (endpoint.price.kind == "table" or bool(endpoint.params_in("body"))
+             or any(g.location == "body" for g in endpoint.guards))  # a body guard reads the object too
     if not needs:
         return PlatformCheck(table_value=None, json_body=checked.json_body)
     obj = dict(checked.json_body) if checked.json_body is not None else parse_json_object(body, endpoint)

@@ -15,17 +15,20 @@ Tiers (catalog.md "Credential tiers", tried in this order):
 * ``anonymous``: an endpoint declared ``platform_auth: "anonymous"`` of a provider listed in
   ``TREG_ANONYMOUS_PROVIDERS``: no credential injected, free. Free beats paid, so before ``platform``.
 * ``platform``: the deployment's key ``TREG_PLATFORM_KEY_<PROVIDER>``, injected with the provider's
-  ``auth``; the only billed tier, and the only one that runs the tier-4 checks.
+  ``auth``; the only billed tier, and the only one that runs the tier-4 checks (``check_platform``,
+  then the row's request guards: ``treg/catalog/guards.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from treg.bindings import Binding
 from treg.catalog.alternatives import alternatives
+from treg.catalog import guards as request_guards
 from treg.catalog.enforce import CheckedRequest, QueryPairs, check_platform, check_request
 from treg.catalog.errors import NoCredential
 from treg.catalog.model import Endpoint, Provider, RateLimit, Tier, join_url
@@ -73,6 +76,9 @@ class CatalogTarget:
     json_body: Mapping[str, Any] | None = None
     #: the OAuth connection whose token the provider's auth injects (own or team tier), else None
     connection_id: str | None = None
+    #: what the row's request guards add on the platform tier (treg.catalog.guards.Applied): the defaults
+    #: of missing parameters, already in ``query`` and ``json_body``; the body to send when one was added
+    guarded: request_guards.Applied = request_guards.NOTHING
 
     @property
     def scope_idempotency_key(self) -> bool:
@@ -112,6 +118,7 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
     table_value = None
     json_body = checked.json_body
     connection_id = None
+    guarded = request_guards.NOTHING  # own and team: the account is the team's, neither guarded nor defaulted
     if tier == "own" and (connection_id := creds.own_connection_for(provider.id)) and provider.auth:
         # within a tier the newest connection wins, then the newest secret (docs/oauth.md)
         bindings = tuple(dataclasses.replace(b, connection_id=connection_id) for b in provider.auth)
@@ -128,15 +135,20 @@ def plan_call(registry: CatalogRegistry, endpoint: Endpoint, checked: CheckedReq
     else:
         pc = check_platform(endpoint, checked, body)
         table_value, json_body = pc.table_value, pc.json_body
+        # treg's own key: the row's integer ranges refused, its defaults sent (before any hold)
+        guarded = request_guards.apply(endpoint.guards, checked.query, body, json_body)
+        if guarded.body_fields:
+            json_body = MappingProxyType({**(json_body or {}), **guarded.body_fields})
         bindings = tuple(dataclasses.replace(b, platform_setting=provider.platform_setting) for b in provider.auth)
     billed = tier == "platform"
     price = endpoint.price.estimate_for(table_value)
     return CatalogTarget(
-        tier=tier, endpoint=endpoint, provider=provider, upstream_url=upstream_url, query=checked.query,
+        tier=tier, endpoint=endpoint, provider=provider, upstream_url=upstream_url,
+        query=checked.query + guarded.query,
         bindings=bindings, required_headers=provider.required_headers, billed=billed, price_micro=price,
         hold_micro=price if billed else 0, table_value=table_value, tool_id=tool.id if tool else None,
         tool_name=tool.name if tool else None, secret_id=secret_id, rate_limit=provider.rate_limit,
-        json_body=json_body, connection_id=connection_id)
+        json_body=json_body, connection_id=connection_id, guarded=guarded)
 
 
 def prepare_call(registry: CatalogRegistry, endpoint: Endpoint, *, method: str, query: QueryPairs,

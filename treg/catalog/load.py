@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from treg import http_grammar
 from treg.bindings import Binding, Injector, format_fields
-from treg.catalog import managed as managed_rows
+from treg.catalog import guards as guard_rows, managed as managed_rows, success as success_rules
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
@@ -56,7 +56,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow", "managed_resource", "archive", "async", "table"})
+                           "overflow", "managed_resource", "archive", "async", "success", "guards", "table"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -377,7 +377,14 @@ class _Loader:
             # a stored answer replayed to another caller would skip the job's or the object's bookkeeping
             add(plugin, row, "archive", "an async submission or a managed_resource row is never archived")
 
-        table = check_table(data.get("table"), lambda field, message: add(plugin, row, field, message))
+        report = lambda field, message: add(plugin, row, field, message)  # noqa: E731
+        success = success_rules.parse(data.get("success"), report)
+        guards = guard_rows.parse(data.get("guards"), report, method=method, params=params, slots=slots or (),
+                                  strict_query=flags["strict_query"], body_allowlist=flags["body_allowlist"])
+        if guards and flags["platform_blocked"]:
+            add(plugin, row, "guards", "the endpoint is never offered on treg's key (platform_blocked): "
+                "nothing would be guarded")
+        table = check_table(data.get("table"), report)
         if table is not None and flags["spooled_response"]:
             # /table/ reads the whole answer into memory to make its rows; a spooled one is too large for it
             add(plugin, row, "table", "a spooled_response row's answer is never read whole: it has no table")
@@ -389,7 +396,7 @@ class _Loader:
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
                       description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,
                       overflow=overflow, managed_resource=managed, archive=archive, async_job=async_job,
-                      table=table, **flags)
+                      success=success, guards=guards, table=table, **flags)
         self.endpoints[eid] = ep
         return ep
 

@@ -198,6 +198,10 @@ class Endpoint:
     async_job: Any = None
     #: a generated ``treg.<capability>`` (treg.catalog.routed.RoutedPlan: its children); None: a plugin's row
     route: Any = None
+    #: when an answer counts as a success for money (treg.catalog.success.SuccessRule); None: any 2xx
+    success: Any = None
+    #: integer ranges and defaults enforced on treg's own key (treg.catalog.guards.Guard), in row order
+    guards: tuple[Any, ...] = ()
     #: where the answer's rows are (treg.catalog.table.TableSpec): callable on ``/table/``; None: not there
     table: Any = None
 
@@ -227,9 +231,9 @@ class Endpoint:
     def needs_body(self) -> bool:
         """True when the pipeline must read the whole request body before the checks: body_allowlist
         checks it, strict_query refuses any, a table price is chosen by one of its fields, declared body
-        params are checked on tier 4. Otherwise the body may stream untouched."""
+        params and body guards are checked on tier 4. Otherwise the body may stream untouched."""
         return (self.body_allowlist or self.strict_query or self.price.kind == "table"
-                or bool(self.params_in("body")))
+                or bool(self.params_in("body")) or any(g.location == "body" for g in self.guards))
 
     @property
     def anonymous(self) -> bool:
@@ -255,6 +259,7 @@ class Endpoint:
                 "overflow_price_micro": route.price_micro if route is not None else None,
                 "overflow_aggregator": route.aggregator if route is not None else None,
                 "kind": "endpoint" if self.route is None else "routed",
+                "guards": [g.to_json() for g in self.guards],
                 **({} if self.route is None else {"children": self.route.summary_json()})}
 
     def to_json(self, overflow_usable: Any = None) -> dict[str, Any]:
@@ -268,6 +273,7 @@ class Endpoint:
             "managed_resource": self.managed_resource.to_json() if self.managed_resource is not None else None,
             "archive": self.archive.to_json() if self.archive is not None else None,
             "async": self.async_job.to_json() if self.async_job is not None else None,
+            "success": self.success.to_json() if self.success is not None else None,
             "table": self.table.to_json() if self.table is not None else None,
         })
         return out

@@ -141,7 +141,9 @@ def describe(registry: CatalogRegistry, ep: Endpoint, creds: OrgCredentials | No
                  "provider_name": provider.name, "method": ep.method, "capability": ep.capability,
                  "price_micro": ep.price.list_micro, "price": ep.price.to_json(),
                  "params": [p.to_json() for p in ep.params], "credential_tier": tier, "callable": tier is not None,
-                 "billed": tier == "platform"}
+                 "billed": tier == "platform",
+                 # what treg's own key bounds (and fills in) on this endpoint: an agent sizes its request by it
+                 "guards": [g.to_json() for g in ep.guards]}
     if tier is None:
         row["needs"] = needed_tier(provider, ep)
         row["how_to_get_credential"] = how_to_get_credential(provider, ep)

@@ -56,6 +56,9 @@ members = Table(
     # NULL: every project of the org; else the member's project scope.
     Column("project_ids", ARRAY(String(40)), nullable=True),
     _created(),
+    # the member's cap on calls a UTC day, any tier, billed or not (NULL: none; docs/money.md "Call caps");
+    # read with the identity, so a member without one costs no query (migration 0017)
+    Column("calls_per_day", Integer, nullable=True),
     UniqueConstraint("org_id", "user_id"),
 )
 
@@ -261,6 +264,17 @@ member_caps = Table(
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
     Column("daily_cap_micro", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+member_calls = Table(
+    # The calls a capped member made on one UTC day (treg/call_caps.py): counted and checked by one
+    # conditional upsert, so every process agrees (migration 0017)
+    "member_calls", metadata,
+    Column("member_id", String(40), ForeignKey("members.id", ondelete="CASCADE"), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("calls", Integer, nullable=False),
+    PrimaryKeyConstraint("member_id", "day"),
 )
 
 demo_calls = Table(

@@ -5,7 +5,8 @@ fixtures of :mod:`treg.testing.pytest_plugin` with ``pytest_plugins = ["treg.tes
 in their top ``conftest.py``. Everything binds to 127.0.0.1 only. One module per concern; every name
 is importable from here:
 
-* ``databases``  — the test server, the template database, a private clone (or empty database) per test;
+* ``databases``  — the test server, the template database, a private clone (or empty database) per test,
+  one statement run from outside treg (``run_sql``);
 * ``settings``   — ``make_settings(home)`` for a treg under test;
 * ``services``   — ``open_services(dsn, settings)``: the domain services with no HTTP in front;
 * ``upstreams``  — ``RawUpstream`` / ``raw_upstream()``, recording the exact bytes received; a pair;
@@ -44,7 +45,7 @@ from treg.testing.clock import T0, Clock
 from treg.testing.closes import Closes, record_closes
 from treg.testing.dashboard import CSRF, FORM_TOKEN, login, login_form, own_origin, post_login, session_cookie
 from treg.testing.databases import (base_dsn, checkout_root, drop_template, dsn_for, empty_database,
-                                    fresh_database, prepare_template, template_db, test_home)
+                                    fresh_database, prepare_template, run_sql, template_db, test_home)
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
 from treg.testing.gateway import Gateway, add_member, audit_row, open_org, vendor_gateway
@@ -71,6 +72,6 @@ __all__ = [
     "free_port", "fresh_database", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",
     "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",
-    "run_cli", "run_treg", "self_signed", "serve_pair", "session_cookie", "stop_all", "table_names", "table_of",
+    "run_cli", "run_sql", "run_treg", "self_signed", "serve_pair", "session_cookie", "stop_all", "table_names", "table_of",
     "template_db", "test_home", "treg_env", "upstream_pair", "vendor_gateway", "within"
 ]

@@ -56,6 +56,19 @@ def dsn_for(base: str, dbname: str) -> str:
     return psycopg2.extensions.make_dsn(base, dbname=dbname)
 
 
+def run_sql(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    """One statement on its own connection, committed (a test moving the database's state from outside
+    treg, as an operator or another process would: a counter's day moved back, a row aged); its rows, if
+    it returns any."""
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(query, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
 def _admin(base: str) -> Any:
     conn = psycopg2.connect(base)
     conn.autocommit = True

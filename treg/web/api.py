@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from treg import authentication, calls, deny_rules, membership, org_settings, secrets_store, tools
+from treg import authentication, calls, deny_rules, member_limits, membership, org_settings, secrets_store, tools
 from treg.context import Services
 from treg.errors import BadRequest
 from treg.identity import Identity
@@ -38,6 +38,19 @@ async def add_member(request: web.Request) -> web.Response:
 async def list_members(request: web.Request) -> web.Response:
     svc, ident = await identify(request)
     return json_response({"members": await membership.list_members(svc, ident)})
+
+
+@routes.get("/api/v1/members/{member_id}/limits")
+async def get_member_limits(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await member_limits.get_limits(svc, ident, request.match_info["member_id"]))
+
+
+@routes.put("/api/v1/members/{member_id}/limits")
+async def put_member_limits(request: web.Request) -> web.Response:
+    svc, ident = await identify(request)
+    return json_response(await member_limits.set_limits(svc, ident, request.match_info["member_id"],
+                                                        await read_json_object(request)))
 
 
 @routes.post("/api/v1/tokens")

@@ -32,6 +32,8 @@ _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
 _IDS = {"type": ["array", "null"], "items": {"type": "string"}}
 _MICRO = {"type": "integer", "minimum": 0}
 _LIMIT = {"type": ["integer", "null"], "minimum": 0, "maximum": 10 ** 15}
+_CALLS_PER_DAY = {"type": ["integer", "null"], "minimum": 0, "maximum": 10 ** 9,
+                  "description": "calls a UTC day, any tier, billed or not (docs/money.md); null: no cap"}
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = (), *, closed: bool = False) -> dict[str, Any]:
@@ -69,7 +71,16 @@ SCHEMAS: dict[str, Any] = {
                            "role": {"type": "string"}, "project_ids": _IDS, "org_id": _ID},
                           ("member_id", "token", "email", "role", "project_ids", "org_id")),
     "Member": _obj({"member_id": _ID, "email": {"type": "string"}, "role": {"type": "string"},
-                    "project_ids": _IDS, "created_at": _TIME}, ("member_id", "email", "role")),
+                    "project_ids": _IDS, "created_at": _TIME, "calls_per_day": _CALLS_PER_DAY},
+                   ("member_id", "email", "role")),
+    "MemberLimitsSet": _obj({"calls_per_day": _CALLS_PER_DAY}, ("calls_per_day",), closed=True),
+    "MemberLimits": _obj({"member_id": _ID, "calls_per_day": _CALLS_PER_DAY,
+                          "calls_today": {"type": "integer", "minimum": 0,
+                                          "description": "calls counted against the cap this UTC day"},
+                          "resets_at": {"type": "string", "format": "date-time",
+                                        "description": "the next UTC midnight"},
+                          "daily_cap_micro": _LIMIT},
+                         ("member_id", "calls_per_day", "calls_today", "resets_at", "daily_cap_micro")),
     "NewToken": _obj({"member_id": {"type": ["string", "null"],
                                     "description": "another member's id (owner/admin); omitted: your own"},
                       "scope": {"enum": ["full", "table", None], "description": "`table`: a read-only token, "
@@ -163,9 +174,17 @@ SCHEMAS: dict[str, Any] = {
     "Endpoint": _obj({"id": _ID, "credential_tier": {"type": ["string", "null"]}, "callable": {"type": "boolean"},
                       "billed": {"type": "boolean"}, "kind": {"enum": ["endpoint", "routed"]},
                       "children": {"type": "array", "items": {"type": "object"}},
+                      "guards": {"type": "array", "items": _ref("Guard"),
+                                 "description": "integer ranges and defaults enforced on treg's own key (the "
+                                                "platform tier) before any hold (docs/plugins.md)"},
+                      "success": {"type": ["object", "null"], "description": "the declared success rule "
+                                  "{status?, path, absent | equals | nonempty} (GET one endpoint; docs/money.md)"},
                       "table": {"type": ["object", "null"], "description": "GET one endpoint: where its answer's "
                                 "rows are, {rows, columns?}; null: not callable on /table/ (docs/sharing.md)"}},
                      ("id", "callable", "billed")),
+    "Guard": _obj({"param": {"type": "string"}, "in": {"enum": ["query", "body"]}, "type": {"const": "integer"},
+                   "min": {"type": "integer"}, "max": {"type": "integer"}, "default": {"type": "integer"}},
+                  ("param", "in", "type")),
     "Provider": _obj({"id": _ID, "platform_key_configured": {"type": "boolean"},
                       "anonymous_allowed": {"type": "boolean"}}, ("id",)),
     "OAuthAppSet": _obj({"client_id": {"type": "string", "minLength": 1, "maxLength": 2000, "pattern": r"\S"},
@@ -240,6 +259,7 @@ def _path_param(name: str, description: str) -> dict[str, Any]:
 
 
 _TOOL_ID = _path_param("tool_id", "a tool id (GET /api/v1/tools)")
+_MEMBER_ID = _path_param("member_id", "a member id (GET /api/v1/members)")
 _PROVIDER = _path_param("provider", "a catalog provider that declares oauth (GET /api/v1/catalog/providers)")
 _CONNECTION_ID = _path_param("connection_id", "a connection id (GET /api/v1/connections)")
 
@@ -251,6 +271,12 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
                                      "201", _ref("MemberCreated"), body="NewMember", errors=("409", "422")),
     ("GET", "/api/v1/members"): _op("listMembers", "the org's members (owner/admin)", "200",
                                     _list_of("members", "Member")),
+    ("GET", "/api/v1/members/{member_id}/limits"): _op(
+        "getMemberLimits", "a member's limits: call cap, calls today, daily money cap (yourself; any member for "
+        "owner/admin)", "200", _ref("MemberLimits"), errors=("404",), params=(_MEMBER_ID,)),
+    ("PUT", "/api/v1/members/{member_id}/limits"): _op(
+        "putMemberLimits", "set or remove a member's cap on calls a UTC day (owner/admin; only an owner limits an "
+        "owner)", "200", _ref("MemberLimits"), body="MemberLimitsSet", errors=("404",), params=(_MEMBER_ID,)),
     ("POST", "/api/v1/tokens"): _op("createToken", "a new token for yourself, or a member (owner/admin); "
                                     "`scope: table` for a read-only /table/ token", "201",
                                     _ref("TokenCreated"), body="NewToken", body_optional=True, errors=("404",)),

@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg import (calls, deny_rules, membership, money, org_data, org_settings, public_demo, secrets_store, tools,
-                  ui_sessions)
+from treg import (calls, deny_rules, member_limits, membership, money, org_data, org_settings, public_demo,
+                  secrets_store, tools, ui_sessions)
 from treg.catalog import tiers
 from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
@@ -326,6 +326,25 @@ async def members_add(p: Page) -> web.StreamResponse:
             "project_id": ("unknown_project", "invalid_project_ids")}))
     # shown once, on this answer only (not a redirect: the token must not sit in a URL or a history entry)
     return await _members_page(p, status=201, new_token={"token": out["token"], "for": out["email"]})
+
+
+@routes.post("/ui/members/{member_id}/limits")
+@page
+async def members_limits(p: Page) -> web.StreamResponse:
+    """A member's call cap (blank: none), through the same function as PUT /api/v1/members/{id}/limits."""
+    member_id = p.request.match_info["member_id"]
+    raw = p.form.get("calls_per_day", "").strip()
+    try:
+        if raw and not (raw.isascii() and raw.isdigit()):
+            raise BadRequest("calls a day must be a whole number (blank: no cap)", code="invalid_limit")
+        out = await member_limits.set_limits(p.svc, p.ident, member_id, {"calls_per_day": int(raw) if raw else None})
+    except TregError as exc:
+        # under the member's own row of the form (only the code decides where a message is printed)
+        errors = field_error(exc, {f"calls_per_day-{member_id}": ("invalid_limit", "forbidden_role")})
+        return await _members_page(p, status=exc.status, errors=errors)
+    cap = out["calls_per_day"]
+    return see_other(p.request, "/ui/members",
+                     done="Call cap removed." if cap is None else f"Call cap set to {cap} a day.")
 
 
 @routes.post("/ui/tokens")
