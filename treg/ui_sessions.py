@@ -10,23 +10,17 @@ surfaces' authentication (treg/authentication.py) share it.
 **Login CSRF.** A login needs, besides the right Origin (the edge checks it), the login form's own
 token: ``GET /ui/login`` sets a pre-login cookie ``treg_login`` (256 random bits) and puts in the form
 ``<issued>.<HMAC of the cookie and the time>`` under a key derived from the master key for this purpose
-only (HKDF-SHA256, info ``treg-login-form``). No row and nothing in one process's memory: any treg
+only (treg/infra/form_tokens.py, purpose ``treg-login-form``). No row and nothing in one process's memory: any treg
 process holding the master key (current or previous) checks it, for :data:`LOGIN_FORM_TTL_S`.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import hashlib
 import hmac
 import re
 import secrets as pysecrets
-import time
 from dataclasses import dataclass
-
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from sqlalchemy import and_, delete, func, insert, select, update
 
@@ -34,6 +28,7 @@ from treg.authentication import authenticate, hash_token
 from treg.context import Services
 from treg.errors import BadRequest, Unauthorized
 from treg.identity import Credential, Identity
+from treg.infra import form_tokens
 from treg.infra.schema import members, orgs, tokens, ui_sessions, users
 
 COOKIE = "treg_session"
@@ -41,11 +36,9 @@ COOKIE = "treg_session"
 LOGIN_COOKIE = "treg_login"
 #: how long a login form stays good: a form left open longer is re-shown with a fresh token
 LOGIN_FORM_TTL_S = 3600
-#: a login form issued by a process whose clock is ahead of this one's by up to this is still good
-_CLOCK_SKEW_S = 300
 _LOGIN_NONCE = re.compile(r"[A-Za-z0-9_-]{43}")
-_LOGIN_INFO = b"treg-login-form"
-_LOGIN_DOMAIN = b"treg-login v1\0"
+#: the login form's token (treg/infra/form_tokens.py)
+_LOGIN_PURPOSE = "treg-login-form"
 
 
 @dataclass(frozen=True)
@@ -71,35 +64,17 @@ def login_nonce(value: str | None) -> str | None:
     return value if value and _LOGIN_NONCE.fullmatch(value) else None
 
 
-def _login_mac(master: bytes, nonce: str, issued: int) -> str:
-    # a key of its own: a login form's token is never a valid MAC of anything else treg signs
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_LOGIN_INFO).derive(master)
-    mac = hmac.new(key, _LOGIN_DOMAIN + nonce.encode() + b"\0" + str(issued).encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
-
-
 def login_form_token(svc: Services, nonce: str, *, now: float | None = None) -> str:
     """The token of a login form shown to the holder of pre-login cookie ``nonce``."""
-    issued = int(time.time() if now is None else now)
-    return f"{issued}.{_login_mac(svc.box.current, nonce, issued)}"
+    return form_tokens.issue(svc.box, _LOGIN_PURPOSE, nonce, now=now)
 
 
 def login_form_ok(svc: Services, nonce: str | None, token: str | None, *, now: float | None = None) -> bool:
     """Whether ``token`` is a login form's token issued by a treg process for this pre-login cookie, within
     :data:`LOGIN_FORM_TTL_S`."""
     nonce = login_nonce(nonce)
-    if nonce is None or not token or len(token) > 100:
-        return False
-    issued_text, _, mac = token.partition(".")
-    if not issued_text.isascii() or not issued_text.isdigit():
-        return False
-    issued = int(issued_text)
-    age = (time.time() if now is None else now) - issued
-    if not -_CLOCK_SKEW_S <= age <= LOGIN_FORM_TTL_S:
-        return False
-    sent = mac.encode("ascii", "replace")
-    return any(hmac.compare_digest(_login_mac(master, nonce, issued).encode(), sent)
-               for master in (svc.box.current, *svc.box.previous))
+    return nonce is not None and form_tokens.valid(svc.box, _LOGIN_PURPOSE, nonce, token, LOGIN_FORM_TTL_S,
+                                                   now=now)
 
 
 async def orgs_of_token(svc: Services, token: str) -> list[dict[str, str]]:

@@ -4,8 +4,8 @@
   nonce under a purpose key of the master key (HKDF-SHA256, info ``treg-oauth-link``); the row keeps the
   nonce and the opaque's SHA-256, so a link is found by its digest, any treg process with the key can
   show a still-valid link again (a pending one is reused), and a database reader cannot make one;
-* the consent page's **form token** ``<issued>.<HMAC of the opaque and the time>`` (info
-  ``treg-oauth-form``): the page's button posts it, nothing else can;
+* the consent page's **form token** ``<issued>.<HMAC of the opaque and the time>`` (purpose
+  ``treg-oauth-form``, treg/infra/form_tokens.py): the page's button posts it, nothing else can;
 * the **state** of an authorization request and the browser's **``treg_oauth_state`` cookie**: 256
   random bits each, only their SHA-256 stored; the callback needs both (a state used in another browser
   than the one that pressed the button is refused);
@@ -21,34 +21,17 @@ import hashlib
 import hmac
 import re
 import secrets as pysecrets
-import time
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
+from treg.infra import form_tokens
 from treg.infra.crypto import SecretBox
-from treg.memo import BoundedMemo
 
 #: the cookie binding an authorization request to the browser that asked for it (scrubbed from every
 #: relayed Cookie header, and an upstream may not set it: treg/call/headers.py)
 STATE_COOKIE = "treg_oauth_state"
 _RANDOM = re.compile(r"\A[A-Za-z0-9_-]{43}\Z")
 _OPAQUE = re.compile(r"\A[A-Za-z0-9_-]{43}\Z")
-_CLOCK_SKEW_S = 300
-_KEYS: BoundedMemo[tuple[bytes, bytes], bytes] = BoundedMemo(16)
-
-
-def _purpose_key(master: bytes, info: bytes) -> bytes:
-    found = _KEYS.get((master, info))
-    if found is None:
-        found = _KEYS.put((master, info), HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                                               info=info).derive(master))
-    return found
-
-
-def _mac(key: bytes, *parts: str) -> str:
-    digest = hmac.new(key, "\0".join(parts).encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+#: the consent page's form token (treg/infra/form_tokens.py)
+_FORM_PURPOSE = "treg-oauth-form"
 
 
 def digest(value: str) -> str:
@@ -69,7 +52,7 @@ def well_formed(value: str | None) -> str | None:
 # -- connect links ------------------------------------------------------------------------------------
 
 def link_opaque(master: bytes, connection_id: str, nonce: str) -> str:
-    return _mac(_purpose_key(master, b"treg-oauth-link"), "treg-oauth-link v1", connection_id, nonce)
+    return form_tokens.mac(form_tokens.purpose_key(master, b"treg-oauth-link"), "treg-oauth-link v1", connection_id, nonce)
 
 
 def opaque_shape(value: str) -> bool:
@@ -89,24 +72,11 @@ def reproduce_link(box: SecretBox, connection_id: str, nonce: str, stored_digest
 # -- the consent page's form token --------------------------------------------------------------------
 
 def form_token(box: SecretBox, opaque: str, *, now: float | None = None) -> str:
-    issued = int(time.time() if now is None else now)
-    return f"{issued}.{_mac(_purpose_key(box.current, b'treg-oauth-form'), 'treg-oauth-form v1', opaque, str(issued))}"
+    return form_tokens.issue(box, _FORM_PURPOSE, opaque, now=now)
 
 
 def form_token_ok(box: SecretBox, opaque: str, token: str | None, ttl_s: float, *, now: float | None = None) -> bool:
-    if not token or len(token) > 100:
-        return False
-    issued_text, _, mac = token.partition(".")
-    if not issued_text.isascii() or not issued_text.isdigit():
-        return False
-    issued = int(issued_text)
-    age = (time.time() if now is None else now) - issued
-    if not -_CLOCK_SKEW_S <= age <= ttl_s:
-        return False
-    sent = mac.encode("ascii", "replace")
-    return any(hmac.compare_digest(_mac(_purpose_key(master, b"treg-oauth-form"), "treg-oauth-form v1", opaque,
-                                        issued_text).encode(), sent)
-               for master in (box.current, *box.previous))
+    return form_tokens.valid(box, _FORM_PURPOSE, opaque, token, ttl_s, now=now)
 
 
 # -- PKCE (RFC 7636) ----------------------------------------------------------------------------------
