@@ -150,7 +150,7 @@ def test_record_fills_every_column_from_its_source():
                     token="tok", org_hint=None, body=None, content_length=None, tag="tag-1",
                     parent_call_id="call_0", user_agent="sdk/1.0 " + "x" * 300)
     state = CallState(inp)
-    state.ident = SimpleNamespace(org_id="org_1", member_id="mem_1")
+    state.ident = SimpleNamespace(org_id="org_1", member_id="mem_1", scope="demo")
     state.target = SimpleNamespace(upstream_url="https://api.example/x?key=K", provider="api.example",
                                    endpoint_id="ep_1", credential_tier="tool", hub=None,
                                    tool=SimpleNamespace(id="tool_1", name="t"),
@@ -179,6 +179,7 @@ def test_record_fills_every_column_from_its_source():
                    "kind": "async_poll", "capacity_signal": "unrecorded",
                    "served_via": None,  # set only on an overflow attempt's row
                    "credential_kind": "oauth", "connection_id": "conn_1",  # from the bindings (docs/oauth.md)
+                   "demo": True,  # a public demo token's call (docs/sharing.md)
                    "hub_ref": None, "hub_caller_org": None,  # a hub call's (treg/call/hub_views.py)
                    # the event's own fields (not columns)
                    "user_agent": ("sdk/1.0 " + "x" * 300)[:256], "probe": True, "smoothed": "wait=12, retry=1",
@@ -195,10 +196,10 @@ def test_the_events_own_fields_never_travel_to_the_database():
     from treg.call.audit import insert_sql
 
     rec = CallRecord(id="call_ua", org_id="org_1", member_id=None, surface="call", method="GET", target="t/x",
-                     outcome="ok", served_via="overflow:x", connection_id="conn_1", hub_caller_org="callr",
+                     outcome="ok", served_via="overflow:x", connection_id="conn_1", demo=True, hub_caller_org="callr",
                      user_agent="UA-" + "u" * 200, probe=True, smoothed="wait=3", result_reason="hit_rule",
                      cache_admission="admitted")
     _, params = insert_sql([rec])
     [row] = _json.loads(params["rows"])
-    assert row[-1] == "callr" and len(row) == CallRecord._fields.index("hub_caller_org") + 1
+    assert row[-4:] == ["conn_1", True, None, "callr"] and len(row) == CallRecord._fields.index("hub_caller_org") + 1
     assert "UA-" not in params["rows"] and "admitted" not in params["rows"]

@@ -19,16 +19,17 @@ import textwrap
 import pytest
 
 import treg.call
-from treg.call import (archive, capacity_stage, hub_stage, hub_views, jobs, overflow_stage, relay, reserve, resources,
-                       service, settle)
+from treg.call import (archive, capacity_stage, catalog_stage, demo, hub_stage, hub_views, jobs, overflow_stage, record,
+                       relay, reserve, resolve, resources, service, settle, table as table_part)
 from treg.call.state import CallState
 
 #: a row of the table → where its names live
 FEATURES = {"owned resources": (resources,), "async jobs": (jobs,), "capacity": (capacity_stage,),
             "overflow": (overflow_stage,), "archive": (archive,), "money": (reserve, settle, CallState),
-            "hub": (hub_stage, hub_views)}
+            "/table/": (table_part,), "public demo": (demo,), "hub": (hub_stage, hub_views)}
 MODULES = {resources: "owned resources", jobs: "async jobs", capacity_stage: "capacity",
-           overflow_stage: "overflow", archive: "archive", hub_stage: "hub", hub_views: "hub"}
+           overflow_stage: "overflow", archive: "archive", table_part: "/table/", demo: "public demo",
+           hub_stage: "hub", hub_views: "hub"}
 
 
 def table() -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -56,7 +57,8 @@ def table() -> tuple[list[str], dict[str, dict[str, str]]]:
 
 
 #: the parts whose name is one word (every other word of a cell without an underscore is prose)
-ONE_WORD = ("guard", "lookup", "send", "observe", "deferred", "admit", "answer")
+ONE_WORD = ("guard", "lookup", "send", "observe", "deferred", "intake", "settles", "finish", "screen",
+            "credentials", "routed", "gate", "mark", "admit", "answer")
 
 
 def named(cell: str) -> list[tuple[int | None, str]]:
@@ -69,7 +71,7 @@ def named(cell: str) -> list[tuple[int | None, str]]:
 #: state) or one of settle's own helpers, which stands for the part it runs
 ALIASES = {"resources": "owned resources", "jobs": "async jobs", "capacity_stage": "capacity",
            "overflow_stage": "overflow", "archive": "archive", "state": "money", "reserve": "money",
-           "hub_stage": "hub", "hub_views": "hub"}
+           "table": "/table/", "demo": "public demo", "hub_stage": "hub", "hub_views": "hub"}
 HELPERS = {"_overflow": ("overflow", "after_direct"), "_close_hold": ("money", "close_hold")}
 
 
@@ -90,7 +92,7 @@ def parts_called(fn: object) -> list[tuple[str, str]]:
 
 def test_the_table_has_every_feature_and_stage():
     titles, rows = table()
-    assert titles == ["feature", "after 3", "4 reserve", "5 relay", "6 settle", "7 the exit"]
+    assert titles == ["feature", "1-3", "after 3", "4 reserve", "5 relay", "6 settle", "7 the exit"]
     assert set(rows) == set(FEATURES)
 
 
@@ -117,11 +119,27 @@ def test_every_feature_part_the_stages_call_is_in_its_row():
     _, rows = table()
     in_table = {(feature, name.rpartition(".")[2]) for feature, columns in rows.items()
                 for cell in columns.values() for _, name in named(cell)}
-    called = parts_called(service.execute) + parts_called(settle._metered_outcome) + parts_called(settle._overflow)
+    called = (parts_called(service.execute) + parts_called(settle._metered_outcome) + parts_called(settle._overflow)
+              + parts_called(service.answer))
     # the state's own bookkeeping is no feature's part
     absent = [part for part in called if part not in in_table and part[0] != "money"]
     assert absent == []
     assert ("money", "store_for_replay") in called and ("money", "close_hold") in called
+    assert {("/table/", "intake"), ("/table/", "settles"), ("/table/", "finish"), ("public demo", "mark")} <= set(called)
+
+
+def test_the_parts_other_stages_call_are_in_the_table():
+    """/table/'s and the public demo's parts called from execute, resolve, the catalog half, reserve, an
+    overflow's hold and the exit are each in their row (their "1-3", "4 reserve" and "7 the exit" cells)."""
+    _, rows = table()
+    in_table = {(feature, name.rpartition(".")[2]) for feature, columns in rows.items()
+                for cell in columns.values() for _, name in named(cell)}
+    called = [part for fn in (service.execute, resolve.resolve_target, catalog_stage.target_for,
+                              reserve.reserve, overflow_stage._serve, record._unwind, record.exit_call)
+              for part in parts_called(fn) if part[0] in ("/table/", "public demo")]
+    assert {part[1] for part in called} >= {"screen", "check_endpoint", "credentials", "routed", "not_offered",
+                                            "gate", "hold_cap", "give_back", "refusal_headers"}
+    assert [part for part in called if part not in in_table] == []
 
 
 @pytest.mark.parametrize("column, fn", [("after 3", service.execute), ("6 settle", settle._metered_outcome)])

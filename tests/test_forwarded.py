@@ -13,7 +13,7 @@ from aiohttp import web
 from treg import logs, membership
 from treg.app import make_runner
 from treg.errors import ConfigError
-from treg.forwarded import client_address, forwarded_proto, trusted_networks
+from treg.forwarded import client_address, demo_client, forwarded_proto, trusted_networks
 from treg.keys import SERVICES
 from treg.settings import load
 from treg.testing import raw_exchange, raw_request_bytes
@@ -145,3 +145,32 @@ async def test_a_request_aiohttp_refused_still_gets_its_access_line(served):
             break
         await asyncio.sleep(0.02)
     assert [f["client"] for f in access.fields if f["status"] == 400] == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize("peer, headers, expected", [
+    # an untrusted peer: its own address, whatever it writes (the public demo's client, sharing.md)
+    ("203.0.113.9", xff("198.51.100.1"), "203.0.113.9"),
+    ("203.0.113.9", [], "203.0.113.9"),
+    # a trusted proxy: the access log's reading (client_address), the first untrusted entry from the right
+    ("127.0.0.1", xff("198.51.100.1, 10.1.1.1"), "198.51.100.1"),
+    ("127.0.0.1", xff("198.51.100.1", "10.1.1.1"), "198.51.100.1"),
+    ("10.2.3.4", xff("[2001:db8::7]:443, 10.1.1.1"), "2001:db8::/64"),
+    ("127.0.0.1", xff("198.51.100.1:5555"), "198.51.100.1"),
+    # behind a proxy that appends: what the visitor wrote first never picks its bucket
+    ("127.0.0.1", xff("203.0.113.77, 198.51.100.1"), "198.51.100.1"),
+    ("127.0.0.1", xff("10.9.9.9, 198.51.100.1"), "198.51.100.1"),
+    ("127.0.0.1", xff("garbage, 198.51.100.1"), "198.51.100.1"),
+    # nothing usable where the trusted hop wrote: the proxy's own bucket (garbage never opens a fresh one)
+    ("127.0.0.1", xff("198.51.100.1, garbage"), "127.0.0.1"),
+    ("127.0.0.1", xff(""), "127.0.0.1"),
+    ("127.0.0.1", [], "127.0.0.1"),
+    # IPv6 by its /64; an IPv4-mapped peer as IPv4
+    ("2001:db8:1:2:3:4:5:6", [], "2001:db8:1:2::/64"),
+    ("::ffff:203.0.113.9", [], "203.0.113.9"),
+    (None, [], "unknown"),
+    ("not-an-address", [], "unknown"),
+])
+def test_the_demo_client_is_the_client_address_bucketed(peer, headers, expected):
+    assert demo_client(peer, headers, PROXIES) == expected
+    # with no trusted proxy, the headers never matter
+    assert demo_client(peer, headers, ()) == demo_client(peer, [], ())

@@ -48,7 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                              "treg.member_limits", "treg.org_settings", "treg.secrets_store", "treg.deny_rules", "treg.tool_urls",
                              "treg.tools", "treg.ui_sessions", "treg.idempotency", "treg.money", "treg.jobs",
                              "treg.owned_resources", "treg.archive", "treg.calls", "treg.reaper", "treg.oauth",
-                             "treg.org_data", "treg.hub")),
+                             "treg.org_data", "treg.public_demo", "treg.hub")),
     ("call pipeline", ("treg.call",)),
     ("mcp", ("treg.mcp",)),
     ("edges", ("treg.web", "treg.keys", "treg.factory", "treg.app", "treg.cli", "treg.doctor", "treg.__main__",

@@ -18,7 +18,7 @@ pw = pytest.importorskip("playwright.async_api", reason="playwright is not insta
 
 SHOTS = Path(os.environ.get("TREG_UI_SHOTS_DIR", "/tmp/treg-ui-shots"))
 PAGES = ("Overview", "Tools", "Secrets", "Connections", "Members and tokens", "Deny rules", "Activity", "Catalog",
-         "Capacity",
+         "Capacity", "Org",
          "Try it")
 
 

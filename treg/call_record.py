@@ -56,6 +56,8 @@ class CallRecord(NamedTuple):
     #: the connection (docs/oauth.md)
     credential_kind: str | None = None
     connection_id: str | None = None
+    #: made with a public demo's (``demo``-scoped) token (docs/sharing.md)
+    demo: bool = False
     #: a hub call: the ref called, on both orgs' rows; on the publishing org's row the caller's org slug
     hub_ref: str | None = None
     hub_caller_org: str | None = None

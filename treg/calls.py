@@ -29,7 +29,7 @@ HOLD_STATE = case((_JOB_HELD, _job_hold.c.state), else_=calls.c.hold_state).labe
 
 LIST_COLUMNS = (calls.c.id.label("call_id"), calls.c.created_at, calls.c.method, calls.c.target, calls.c.status,
                 calls.c.outcome, calls.c.refused_by, calls.c.credential_tier, COST,
-                calls.c.duration_ms, calls.c.kind)
+                calls.c.duration_ms, calls.c.kind, calls.c.demo)
 DETAIL_COLUMNS = LIST_COLUMNS + (calls.c.member_id, calls.c.surface, calls.c.upstream_url, calls.c.tool_id,
                                  calls.c.tool_name, calls.c.provider, calls.c.endpoint_id, calls.c.error_code,
                                  calls.c.blame, HOLD_STATE, calls.c.tag, calls.c.request_bytes,

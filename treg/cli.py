@@ -308,6 +308,27 @@ def cmd_capacity_clear(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if cleared else 1
 
 
+def cmd_demo_enable(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import public_demo
+
+    _print_json(asyncio.run(_with_services(settings, lambda svc: public_demo.set_enabled(svc, args.org, True))))
+    return 0
+
+
+def cmd_demo_disable(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import public_demo
+
+    _print_json(asyncio.run(_with_services(settings, lambda svc: public_demo.set_enabled(svc, args.org, False))))
+    return 0
+
+
+def cmd_demo_token(args: argparse.Namespace, settings: Settings) -> int:
+    from treg import public_demo
+
+    _print_json(asyncio.run(_with_services(settings, lambda svc: public_demo.issue_token(svc, args.org))))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treg", description="treg: a credential-injecting API gateway")
     parser.add_argument("--version", action="version", version=f"treg {__version__}")
@@ -368,6 +389,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = cap.add_parser("clear", help="remove one lock (and its strikes): PROVIDER or PROVIDER/ENDPOINT")
     p.add_argument("target")
     p.set_defaults(fn=cmd_capacity_clear)
+
+    demo = sub.add_parser("demo", help="the public demo (operator; docs/sharing.md)").add_subparsers(
+        dest="demo_command", required=True)
+    p = demo.add_parser("enable", help="run the org as a public demo (its demo tokens work); prints {org, public_demo}")
+    p.add_argument("--org", required=True, help="the org's slug")
+    p.set_defaults(fn=cmd_demo_enable)
+    p = demo.add_parser("disable", help="stop the public demo: its demo tokens answer 403 demo_disabled until "
+                                        "enabled again; prints {org, public_demo}")
+    p.add_argument("--org", required=True, help="the org's slug")
+    p.set_defaults(fn=cmd_demo_disable)
+    p = demo.add_parser("token", help="a new demo-scoped token for a web page, printed once as {token, org, "
+                                      "public_demo}")
+    p.add_argument("--org", required=True, help="the org's slug")
+    p.set_defaults(fn=cmd_demo_token)
 
     p = sub.add_parser("settings", help="print the settings table")
     p.add_argument("--markdown", action="store_true", help="as the README's Markdown table")

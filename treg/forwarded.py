@@ -9,6 +9,10 @@ the entries a trusted proxy wrote are the last ones; the client is the first ent
 that is not itself a trusted proxy. Whatever is left of it came from the client and is not read. A
 malformed entry ends the walk at the last address a trusted hop vouched for.
 
+The public demo's hourly limit counts calls by the same client address (:func:`demo_client`: this one
+reading, bucketed: an IPv6 client by its /64), so a visitor behind a proxy that appends to the header
+cannot pick its own bucket by writing an address first (docs/sharing.md, "The client address").
+
 Plain Python: the edge hands in the connection's peer address and the request's headers.
 """
 
@@ -86,3 +90,21 @@ def forwarded_proto(peer: str | None, headers: Iterable[tuple[str, str]], truste
     values = _values(headers, "x-forwarded-proto")
     last = values[-1].lower() if values else ""
     return last if last in ("http", "https") else None
+
+
+#: an IPv6 client of the demo counts by this prefix: one host is routinely given a whole /64
+DEMO_V6_PREFIX = 64
+
+
+def demo_client(peer: str | None, headers: Iterable[tuple[str, str]], trusted: tuple[Network, ...]) -> str:
+    """The client address the public demo counts calls by (sharing.md): :func:`client_address`'s, as text:
+    an IPv4 address, or an IPv6 client's /64 (``2001:db8::/64``); an IPv4-mapped IPv6 address is its IPv4
+    address. No usable address (a Unix socket, a peer that is not an address): ``unknown``, one shared
+    bucket."""
+    client = client_address(peer, headers, trusted)
+    addr = _address(client) if client is not None else None
+    if addr is None:
+        return "unknown"
+    if isinstance(addr, ipaddress.IPv6Address):
+        return str(ipaddress.ip_network(f"{addr}/{DEMO_V6_PREFIX}", strict=False))
+    return str(addr)

@@ -15,6 +15,11 @@ from treg.errors import Forbidden
 
 MANAGER_ROLES = ("owner", "admin")
 
+#: what a token may do (docs/sharing.md): ``full``, every route its member may use; ``table``, GETs of
+#: ``/table/`` only (a read-only token for spreadsheets); ``demo``, the public demo's calls only
+FULL, TABLE, DEMO = "full", "table", "demo"
+SCOPES = (FULL, TABLE, DEMO)
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -29,12 +34,19 @@ class Identity:
     #: None: every project of the org
     project_ids: tuple[str, ...] | None
     token_id: str
+    #: the token's scope (:data:`SCOPES`); a dashboard session is always ``full``
+    scope: str = FULL
     #: the member's cap on calls a UTC day (treg/member_limits.py); None: none, and no query is spent on it
     calls_per_day: int | None = None
 
     @property
     def is_manager(self) -> bool:
-        return self.role in MANAGER_ROLES
+        # a scoped token never manages, whoever its member is (a demo token is issued for the org's owner)
+        return self.role in MANAGER_ROLES and self.scope == FULL
+
+    @property
+    def is_demo(self) -> bool:
+        return self.scope == DEMO
 
 
 class Credential:

@@ -4,6 +4,9 @@ tokens and the projects it may use.
 
 A token is 256 random bits (``treg_…``); only its SHA-256 is stored (treg/authentication.py looks it
 up). A revoked token stops working at once: :func:`revoke_token` writes through treg/org_changes.py.
+A token has a scope (``treg.identity.SCOPES``): ``full`` by default; any member may issue itself a
+read-only ``table`` token (valid only on ``GET /table/…``, docs/sharing.md); a ``demo`` token is the
+operator's (``treg demo token``, treg/public_demo.py), never issued here.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from sqlalchemy import and_, func, insert, select, update
 from treg.authentication import hash_token
 from treg.context import Services
 from treg.errors import BadRequest, Conflict, Forbidden, IntegrityError, NotFound, Unprocessable
-from treg.identity import Identity, require_manager
+from treg.identity import FULL, TABLE, Identity, require_manager
 from treg.ids import new_id
 from treg.infra.db import Tx
 from treg.infra.schema import members, orgs, projects, tokens, users
@@ -65,10 +68,14 @@ async def _user_for(tx: Tx, email: str) -> str:
     return user_id
 
 
-async def issue_token(tx: Tx, *, org_id: str, member_id: str) -> str:
+#: the scopes ``POST /api/v1/tokens`` may ask for
+ISSUABLE_SCOPES = (FULL, TABLE)
+
+
+async def issue_token(tx: Tx, *, org_id: str, member_id: str, scope: str = FULL) -> str:
     token = new_token()
     await tx.execute(insert(tokens).values(id=new_id("tok"), org_id=org_id, member_id=member_id,
-                                           token_hash=hash_token(token), prefix=token[:12]))
+                                           token_hash=hash_token(token), prefix=token[:12], scope=scope))
     return token
 
 
@@ -174,22 +181,38 @@ async def revoke_token(svc: Services, ident: Identity, token_id: str) -> None:
 
 
 async def list_tokens(svc: Services, ident: Identity) -> list[dict[str, Any]]:
-    q = select(tokens.c.id, tokens.c.member_id, tokens.c.prefix, tokens.c.created_at, tokens.c.last_used_at,
-               tokens.c.revoked_at).where(tokens.c.org_id == ident.org_id)
+    q = select(tokens.c.id, tokens.c.member_id, tokens.c.prefix, tokens.c.scope, tokens.c.created_at,
+               tokens.c.last_used_at, tokens.c.revoked_at).where(tokens.c.org_id == ident.org_id)
     if not ident.is_manager:
         q = q.where(tokens.c.member_id == ident.member_id)
     async with svc.db.tx() as tx:
         return await tx.fetch_all(q.order_by(tokens.c.created_at))
 
 
-async def create_token(svc: Services, ident: Identity, member_id: str | None) -> dict[str, Any]:
+def check_scope(scope: Any) -> str:
+    """A scope ``POST /api/v1/tokens`` may ask for (None: ``full``)."""
+    if scope is None:
+        return FULL
+    if scope not in ISSUABLE_SCOPES:
+        raise BadRequest(f"scope must be one of {', '.join(ISSUABLE_SCOPES)} (a demo token is the operator's: "
+                         "treg demo token)", code="invalid_scope")
+    return scope  # type: ignore[no-any-return]
+
+
+async def create_token(svc: Services, ident: Identity, member_id: str | None, scope: str | None = None) -> dict[str, Any]:
+    """A new token (shown once) for the caller or, by an owner or admin, another member; a ``table`` token
+    only for the caller (any role), read-only, valid only on ``GET /table/…``."""
+    scope = check_scope(scope)
     member_id = member_id or ident.member_id
     if member_id != ident.member_id:
+        if scope == TABLE:
+            raise Forbidden("a table token is issued only to the member asking for it (any member may issue "
+                            "one for themselves)", code="forbidden_role")
         require_manager(ident)
     async with svc.db.tx() as tx:
         ok = await tx.scalar(select(members.c.id).where(and_(members.c.id == member_id,
                                                              members.c.org_id == ident.org_id)))
         if ok is None:
             raise NotFound("no such member in this org", code="member_not_found")
-        token = await issue_token(tx, org_id=ident.org_id, member_id=member_id)
-    return {"member_id": member_id, "token": token}
+        token = await issue_token(tx, org_id=ident.org_id, member_id=member_id, scope=scope)
+    return {"member_id": member_id, "token": token, "scope": scope}

@@ -1,6 +1,7 @@
-"""The org's own settings (``GET``/``PATCH /api/v1/org``): today only ``platform_overflow``, whether the
-org's platform-tier calls may overflow to aggregators (docs/resilience.md). Read by every member,
-changed by an owner only: it decides where the org's data may go."""
+"""The org's own settings (``GET``/``PATCH /api/v1/org``): ``platform_overflow``, whether the org's
+platform-tier calls may overflow to aggregators (docs/resilience.md), read by every member and changed by
+an owner only (it decides where the org's data may go); and ``public_demo``, shown only: the operator
+turns the public demo on and off (``treg demo enable|disable``, treg/public_demo.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ FIELDS = ("platform_overflow",)
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
     return {"org_id": row["id"], "slug": row["slug"], "created_at": row["created_at"],
-            "platform_overflow": row["platform_overflow"]}
+            "platform_overflow": row["platform_overflow"], "public_demo": row["public_demo"]}
 
 
 async def get_org(svc: Services, ident: Identity) -> dict[str, Any]:

@@ -80,7 +80,7 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
 
 async def run_once(svc: Services) -> dict[str, int]:
     """One sweep, unless another process's is under way (then nothing is done: zeros)."""
-    from treg import idempotency, member_limits
+    from treg import idempotency, member_limits, public_demo
 
     try:
         # outside the pool: holding a pooled connection for the sweep would starve a pool of one
@@ -97,6 +97,7 @@ async def run_once(svc: Services) -> dict[str, int]:
             return {"holds_released": 0, "idempotency_pruned": 0}
         out = {"holds_released": await reap_orphans(svc), "idempotency_pruned": await idempotency.prune(svc)}
         await member_limits.prune(svc)  # the call caps' counts of days past (a week kept, for questions)
+        await public_demo.prune(svc)  # the public demo's hourly rows of clients that did not come back
         return out
     finally:
         lock_conn.close()  # releases the lock with the session

@@ -150,13 +150,26 @@ class Settings:
         "and `Secure` on the session cookie when https; unset: `http://<listen address>:<port>`", "url")
     trusted_proxies: tuple[str, ...] = _setting(
         "TREG_TRUSTED_PROXIES", (), "comma-separated addresses or CIDRs of reverse proxies whose `X-Forwarded-For` "
-        "and `X-Forwarded-Proto` treg believes (the client address of the logs); from any other peer they are "
-        "ignored", "cidrs")
+        "and `X-Forwarded-Proto` treg believes (the client address of the logs and of the public demo's hourly "
+        "limit); from any other peer they are ignored", "cidrs")
     mcp_allowed_origins: tuple[str, ...] = _setting(
         "TREG_MCP_ALLOWED_ORIGINS", (), "comma-separated browser origins (`https://app.example`) allowed to POST "
         "to `/mcp` besides treg's own", "list")
     mcp_max_text_bytes: int = _setting(
         "TREG_MCP_MAX_TEXT_BYTES", 64 * 1024, "an MCP tool result's body is cut at this many bytes (saying so)", "int")
+    # -- /table/ and the public demo (docs/sharing.md) ----------------------------------------------
+    table_max_rows: int = _setting(
+        "TREG_TABLE_MAX_ROWS", 10_000, "most rows a `/table/` answer carries; the rest are cut and the answer says "
+        "`truncated: true` (CSV: `X-Treg-Table-Truncated: true`)", "int")
+    demo_endpoints: tuple[str, ...] = _setting(
+        "TREG_DEMO_ENDPOINTS", (), "comma-separated catalog endpoint ids a public demo's `demo`-scoped token may "
+        "call (GET only, on the platform or anonymous tier); empty: none", "list")
+    demo_calls_per_hour: int = _setting(
+        "TREG_DEMO_CALLS_PER_HOUR", 20, "demo calls one client address may make in any sliding hour (refused calls "
+        "do not count), across every process", "int")
+    demo_daily_budget_micro: int = _setting(
+        "TREG_DEMO_DAILY_BUDGET_MICRO", 1_000_000, "most a public demo org spends per UTC day (micro-USD), counted "
+        "when a demo call's hold is placed: a demo call whose hold would pass it is refused", "int")
     # -- resilience of the platform tier (docs/resilience.md) --------------------------------------
     capacity_strike_gap_s: float = _setting(
         "TREG_CAPACITY_STRIKE_GAP_S", 15.0, "a second balance/quota strike counts only this many seconds after the "

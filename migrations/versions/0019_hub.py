@@ -13,7 +13,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision = '0019'
-down_revision = '0017'
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 

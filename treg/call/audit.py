@@ -36,6 +36,8 @@ def _column_sql(column: Any) -> str:
     i = CallRecord._fields.index(column.name)
     if isinstance(column.type, JSONB):
         return f"nullif(r->{i}, 'null'::jsonb)"  # JSON null is SQL NULL, not the JSONB value null
+    if column.type.python_type is bool:
+        return f"(r->>{i})::boolean"
     if column.type.python_type is int:
         return f"(r->>{i})::{'bigint' if isinstance(column.type, BigInteger) else 'integer'}"
     return f"r->>{i}"  # text; the INSERT's assignment checks any VARCHAR length (a cast would truncate)

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from treg import idempotency
+from treg.call import demo
 from treg.call.injection import provider_plan
 from treg.call.resources import call_pin
 from treg.call.state import CallState
@@ -41,10 +42,13 @@ async def _request_body(svc: Services, state: CallState, endpoint: Endpoint) -> 
 async def target_for(svc: Services, ident: Identity, state: CallState, endpoint: Endpoint,
                      surface: str) -> ResolvedTarget:
     if endpoint.route is not None:  # treg.<capability>: no ladder of its own (treg/call/routed.py runs it)
+        if ident.is_demo:
+            raise demo.routed(endpoint.id)
         return ResolvedTarget(upstream_url="", query=(), tool=None, bindings=(), provider=endpoint.provider,
                               endpoint_id=endpoint.id, routed=endpoint.route)
     registry = svc.catalog
-    creds = await load_org_credentials(svc, ident, [endpoint.provider])
+    # a public demo's call sees none of the org's credentials: anonymous or platform only (demo.py)
+    creds = demo.credentials(ident) if ident.is_demo else await load_org_credentials(svc, ident, [endpoint.provider])
     lookup.ensure_live(registry, endpoint, svc.settings, creds)
     body = await _request_body(svc, state, endpoint)
     inp = state.inp
@@ -52,6 +56,8 @@ async def target_for(svc: Services, ident: Identity, state: CallState, endpoint:
     try:
         cat = plan_call(registry, endpoint, checked, creds, svc.settings, body=body)
     except NoCredential as exc:  # a provider that declares OAuth: the refusal carries a connect_url
+        if ident.is_demo:
+            raise demo.not_offered(endpoint.id) from None
         raise await oauth.no_credential(svc, ident, endpoint.provider, exc) from None
     # treg's key: a guard's default is part of the request from here on (the relay, the idempotency digest
     # and the archive key all read this one request)
@@ -96,9 +102,9 @@ def with_defaults(inp: CallInput, guarded: Applied) -> CallInput:
 
 
 async def resolve_catalog_surface(svc: Services, ident: Identity, state: CallState) -> ResolvedTarget:
-    """``/catalog/call/<id>``: exact endpoint ids only; no org tool can shadow one."""
+    """``/catalog/call/<id>`` (and ``/table/<id>``): exact endpoint ids only; no org tool can shadow one."""
     endpoint = lookup.resolve_catalog_call(svc.catalog, state.inp.rest)
-    return await target_for(svc, ident, state, endpoint, "/catalog/call")
+    return await target_for(svc, ident, state, endpoint, "/table" if state.inp.surface == "table" else "/catalog/call")
 
 
 async def named_miss(svc: Services, ident: Identity, state: CallState, name: str,

@@ -22,13 +22,14 @@ from treg.call.types import CallInput, PendingBody
 from treg.context import Services
 from treg.errors import BadRequest, DbPoolExhausted, TregError
 from treg.events import Event
-from treg.identity import Identity
+from treg.authentication import ANY_SCOPE
+from treg.identity import DEMO, FULL, TABLE, Identity
 from treg.infra.upstream import header_text
 from treg.plugins import call_hook
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Controls", "PendingBody", "decode_body", "identify", "load_body", "read_headers"]
+__all__ = ["Controls", "PendingBody", "check_scope", "decode_body", "identify", "load_body", "read_headers"]
 
 
 class Controls(NamedTuple):
@@ -109,12 +110,28 @@ async def identify(svc: Services, state: CallState) -> Identity:
     """Who calls. A 401 is answered and logged, not recorded: there is no org to record it under."""
     inp = state.inp
     try:
-        state.ident = ident = (authentication.cached_identity(svc, inp.token, inp.org_hint)
-                               or await authentication.authenticate(svc, inp.token, inp.org_hint))
+        # every scope: which surface a scoped token reaches is checked once it is known (audited)
+        state.ident = ident = (authentication.cached_identity(svc, inp.token, inp.org_hint, ANY_SCOPE)
+                               or await authentication.authenticate(svc, inp.token, inp.org_hint, ANY_SCOPE))
     except DbPoolExhausted as exc:
         _intake_failed(svc, inp, exc)
         raise
     return ident
+
+
+#: the surfaces each token scope reaches (a ``table`` token: GETs of /table/ only, below)
+_SCOPE_SURFACES = {TABLE: ("table",), DEMO: ("call", "catalog", "table")}
+
+
+def check_scope(state: CallState) -> None:
+    """A scoped token only where its scope reaches (docs/sharing.md): a ``table`` token on ``GET /table/…``,
+    a ``demo`` token on the call surfaces (what it may call there is the demo gate's, treg/call/demo.py)."""
+    ident, inp = state.ident, state.inp
+    assert ident is not None
+    if ident.scope == FULL:
+        return
+    if inp.surface not in _SCOPE_SURFACES.get(ident.scope, ()) or (ident.scope == TABLE and inp.method != "GET"):
+        raise authentication.scope_refusal(ident)
 
 
 async def load_body(state: CallState) -> None:

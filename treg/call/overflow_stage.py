@@ -33,7 +33,7 @@ from urllib.parse import unquote, unquote_plus
 from sqlalchemy import select
 
 from treg import money
-from treg.call import capacity_stage, evidence
+from treg.call import capacity_stage, demo, evidence
 from treg.call.record import answered, audit
 from treg.call.state import CallOutcome, CallState
 from treg.capacity.classify import Signal
@@ -330,7 +330,7 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
     try:
         attempt.hold = await money.place_hold(svc, org_id=state.ident.org_id, member_id=state.ident.member_id,
                                               call_id=attempt.hold_id, amount_micro=route.price_micro,
-                                              tag=state.inp.tag)
+                                              tag=state.inp.tag, **demo.hold_cap(state.ident, svc))
     except BaseException:
         attempt.take_over(svc)  # an empty balance is the normal 402, recorded as this attempt's
         raise

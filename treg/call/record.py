@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 from treg import idempotency
-from treg.call import call_caps, evidence, hub_views
+from treg.call import call_caps, demo, evidence, hub_views
 from treg.call.state import CallState, Finish
 from treg.call_record import CallRecord
 from treg.context import Services
@@ -44,7 +44,7 @@ def audit(svc: Services, rec: CallRecord, *, event: bool = True) -> None:
         "result_state": rec.result_state, "result_reason": rec.result_reason, "cache_state": rec.cache_state,
         "cache_admission": rec.cache_admission, "kind": rec.kind, "capacity_signal": rec.capacity_signal,
         "probe": rec.probe, "smoothed": rec.smoothed, "tag": rec.tag, "user_agent": rec.user_agent,
-        "credential_kind": rec.credential_kind, "connection_id": rec.connection_id,
+        "credential_kind": rec.credential_kind, "connection_id": rec.connection_id, "demo": rec.demo,
     }))
 
 
@@ -68,9 +68,9 @@ def _failure_record(state: CallState, exc: TregError, failure_kind: str | None =
                         error_response=err_resp, failure_kind=failure_kind)
 
 
-async def _unwind(svc: Services, state: CallState) -> None:
-    """Release the hold, give the label back (shielded from cancellation: a cancelled call must still
-    close its money; the reaper is the last resort)."""
+async def _unwind(svc: Services, state: CallState, exc: BaseException) -> None:
+    """Release the hold, give the label back, and a refused demo call's hour (shielded from cancellation:
+    a cancelled call must still close its money; the reaper is the last resort)."""
     svc.hub.release(svc, state.inp.call_id)  # a hub call's slot (none taken: nothing to give back)
 
     async def work() -> None:
@@ -81,7 +81,10 @@ async def _unwind(svc: Services, state: CallState) -> None:
                 if state.overflow is not None:
                     await state.overflow.close(svc)  # the overflow attempt's own hold (treg/call/overflow_stage.py)
         finally:
-            await idempotency.abandon(svc, state.claim)
+            try:
+                await idempotency.abandon(svc, state.claim)
+            finally:
+                await demo.give_back(svc, state, exc)  # refused before any vendor contact: not counted
     with contextlib.suppress(Exception):
         await asyncio.shield(work())
 
@@ -97,13 +100,14 @@ async def exit_call(svc: Services, state: CallState, exc: BaseException) -> None
     if isinstance(exc, TregError):  # a hub caller never reads the publisher's setup in a refusal
         hub_views.scrub_error(exc, state.ident, state.target, state.masked)
     try:
-        await _unwind(svc, state)
+        await _unwind(svc, state, exc)
         await call_caps.give_back(svc, state, exc)  # a refused call does not count against the member's cap
     finally:
         if not state.audited:
             state.audited = True
             if isinstance(exc, TregError):
                 exc.headers.update(state.catalog_headers(0))  # a refusal or failure is charged nothing
+                exc.headers.update(demo.refusal_headers(state))  # X-Treg-Demo: 1 on a demo call's refusal
                 audit(svc, _failure_record(state, exc))
             elif isinstance(exc, Exception) and not isinstance(exc, ConnectionError):
                 # the edge logs it with its traceback and answers 500 internal_error

@@ -5,7 +5,7 @@ settle stage, or by the one exit (``treg/call/record.py``) on any failure or can
 from __future__ import annotations
 
 from treg import idempotency, money
-from treg.call import overflow_stage
+from treg.call import demo, overflow_stage
 from treg.call.record import answered
 from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
@@ -31,7 +31,8 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
     if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
         return overflowed
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
-                                        amount_micro=cat.hold_micro, tag=inp.tag)
+                                        amount_micro=cat.hold_micro, tag=inp.tag,
+                                        **demo.hold_cap(ident, svc))  # a demo call: its daily budget too
     return None
 
 

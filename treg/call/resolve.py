@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from treg import tool_urls
-from treg.call import catalog_stage, hub_stage, redirects
+from treg.call import catalog_stage, demo, hub_stage, redirects, table
 from treg.call.state import CallState
 from treg.call.target import parse_passthrough, parse_rest
 from treg.call.types import ResolvedTarget
@@ -141,7 +141,10 @@ async def resolve_target(svc: Services, ident: Identity, state: CallState) -> Re
     """The resolve stage: the target by the surface the call came in on (the catalog may read the call's
     body into ``state.inp``; a redirect hop's input becomes its grant's)."""
     inp = state.inp
-    if inp.catalog_form:
+    if ident.is_demo:  # a public demo's token: a listed endpoint by its exact id, nothing else (demo.py)
+        demo.screen(svc, inp)
+    table.check_endpoint(svc, inp)  # /table/ of an endpoint that declares no rows: refused before anything
+    if inp.catalog_form or ident.is_demo:  # (a demo's /call/<id> too: never an org tool)
         return await catalog_stage.resolve_catalog_surface(svc, ident, state)
     if inp.surface == "redirect":
         state.inp, target = redirects.redirect_target(svc, ident, inp)

@@ -13,8 +13,8 @@ treg-side failure, and on cancellation.
 
 from __future__ import annotations
 
-from treg.call import (archive, call_caps, capacity_stage, hub_stage, intake, jobs, overflow_stage, record, reserve,
-                       resolve, resources, routed, settle)
+from treg.call import (archive, call_caps, capacity_stage, demo, hub_stage, intake, jobs, overflow_stage, record,
+                       reserve, resolve, resources, routed, settle, table)
 from treg.call.authorize import authorize
 from treg.call.relay import prepare, send
 from treg.call.state import CallOutcome, CallState
@@ -28,21 +28,24 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     state = CallState(inp)
     ident = await intake.identify(svc, state)  # 1 intake: who calls (unknown: a 401, not recorded)
     try:
+        intake.check_scope(state)  # ... a scoped token only where its scope reaches (a table token: GET /table/)
+        table.intake(state)  # ... /table/: its format and Accept are treg's, never the vendor's
         await intake.load_body(state)  # ... then the body the edge left pending
         state.target = target = await resolve.resolve_target(svc, ident, state)  # 2 resolve: tool or catalog endpoint
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
         state.inp = await authorize(svc, ident, state.inp, target)  # 3 authorize: ACL, deny rules
         await call_caps.count(svc, state)  # ... then the member's call cap (every call that passes counts)
+        await demo.gate(svc, state)  # ... then a public demo call's gate: its endpoints, its hour per address
         if target.catalog is not None:  # the catalog's features (an own tool's call has none of them)
             await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
             await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
             # ... and a locked platform key refuses before any hold (unless an aggregator may serve the call)
             await capacity_stage.check_lock(svc, state, overflow_stage.may_overflow)
             if target.billed and (replay := await reserve.reserve(svc, state)) is not None:  # 4 reserve: claim, hold
-                return replay
+                return await answer(svc, state, replay) if state.reshaped else replay
             if (stored := await archive.lookup(svc, state)) is not None:  # ... or the archive's answer, no vendor
-                return stored
+                return await answer(svc, state, stored) if state.reshaped else stored
         elif target.hub is not None:  # another org's published tool: its slot, the caller's hold (or a replay)
             if (replay := await hub_stage.admit(svc, state)) is not None:
                 return replay
@@ -52,7 +55,14 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
             state.resp = await capacity_stage.send(svc, state)
         else:
             state.resp = await send(svc, state)  # ... vetted and sent
-        return await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
+        outcome = await settle.settle(svc, state)  # 6 settle; 7 record: the outcome's finish() queues the row
+        return await answer(svc, state, outcome) if state.reshaped else outcome  # ... /table/, a demo's mark
     except BaseException as exc:  # identified: recorded once, cancelled or not
         await record.exit_call(svc, state, exc)
         raise
+
+
+async def answer(svc: Services, state: CallState, outcome: CallOutcome) -> CallOutcome:
+    """The call's answer as its surface gives it: ``/table/`` made into a table (treg/call/table.py), and a
+    public demo call's marked ``X-Treg-Demo: 1`` (treg/call/demo.py); any other call's as it is."""
+    return demo.mark(state, await table.finish(svc, state, outcome))

@@ -18,10 +18,13 @@
   4. money, the replay (``CallState.store_for_replay``): the answer stored for the idempotency key
      BEFORE the hold is settled, so a crash between the two leaves a free call, never a charge a retry
      would pay again;
-  5. money, the hold (:func:`_close_hold`): settled at the observed price (a success) or released; a routed
-     call's child leaves it to the routed call;
-  6. archive (``archive.observe``): the answer classified and stored;
-  7. capacity (``capacity_stage.after_answer``): the breaker learns from the answer, once its money is
+  5. ``/table/`` (``table.settles``): a 2xx of which no table can be made (no rows where the endpoint's
+     ``table`` says) is not a success for money; the table is made here, once, so what is charged and
+     what is answered agree (any other call: the success rule decides);
+  6. money, the hold (:func:`_close_hold`): settled at the observed price (a success) or released; a
+     routed call's child leaves it to the routed call;
+  7. archive (``archive.observe``): the answer classified and stored;
+  8. capacity (``capacity_stage.after_answer``): the breaker learns from the answer, once its money is
      closed;
 
   and only then do its headers go out, so ``X-Treg-Cost-Micro`` is exact.
@@ -37,7 +40,7 @@ from typing import Any
 
 from treg import idempotency
 from treg.call import archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, hub_stage, jobs
-from treg.call import metered, overflow_stage, redirects, resources
+from treg.call import metered, overflow_stage, redirects, resources, table
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.catalog.success import succeeded
@@ -53,8 +56,9 @@ async def settle(svc: Services, state: CallState) -> CallOutcome:
         if state.target.hub is not None:  # a hub call's answer: read whole, checked, settled (hub_stage.py)
             return await hub_stage.answer(svc, state, resp)
         return await _streamed_outcome(svc, state, resp, False)
-    # read whole too: an owned object's answer, an async submission or owned poll
-    if state.hold is not None or resources.read_whole(state) or jobs.read_whole(state):
+    # read whole too: an owned object's answer, an async submission or owned poll, a /table/ call's
+    if (state.hold is not None or resources.read_whole(state) or jobs.read_whole(state)
+            or table.read_whole(state)):
         return await _metered_outcome(svc, state, resp)
     if state.claim is not None:
         # a free streamed read is not stored for replay: the label goes back so a retry fetches again
@@ -79,13 +83,14 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
         await resources.observe_answer(svc, state, resp.status, answer)  # 2 owned resources
         relayed += await jobs.after_answer(svc, state, resp.status, answer, success=success)  # 3 async jobs
         await state.store_for_replay(svc, resp.status, relayed, data if spooled is None else None)  # 4 money
-        await _close_hold(svc, state, success, answer)  # 5 money
-        await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)  # 6
+        charged = table.settles(svc, state, success, data, resp.headers)  # 5 /table/: no rows, no charge
+        await _close_hold(svc, state, charged, answer)  # 6 money
+        await archive.observe(svc, state, resp, data if spooled is None else None, answer if ok else None)  # 7
     except BaseException:
         if spooled is not None:
             spooled.close()  # the spool file; the call's own unwind is the caller's
         raise
-    await capacity_stage.after_answer(svc, state, resp, data)  # 7 capacity: the money is closed by now
+    await capacity_stage.after_answer(svc, state, resp, data)  # 8 capacity: the money is closed by now
     length = spooled.size if spooled is not None else len(data)
     headers = [*relayed, ("Content-Length", str(length)),
                *state.catalog_headers(None if jobs.deferred(state) else state.cost_micro)]
@@ -146,8 +151,8 @@ def vendor_success(state: CallState, status: int, answer: Any) -> bool:
 
 
 async def _close_hold(svc: Services, state: CallState, ok: bool, answer: Any) -> None:
-    """5: the hold settled at the answer's observed price (a success: ``ok``) or released; a routed call's
-    child leaves it, with what it would settle at, to the routed call (treg/call/routed.py)."""
+    """6: the hold settled at the answer's observed price (``ok``: a success) or released; a routed
+    call's child leaves it, with what it would settle at, to the routed call (treg/call/routed.py)."""
     target = state.target
     assert target is not None
     if state.inp.deferred is not None:

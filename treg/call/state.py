@@ -21,7 +21,7 @@ from treg.call_record import USER_AGENT_MAX, CallRecord
 from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
-from treg.identity import Identity
+from treg.identity import DEMO, Identity
 from treg.infra.upstream import RawHeaders, UpstreamResponse
 from treg.oauth.credentials import credential_kind
 from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
@@ -52,7 +52,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
-        *(credential_kind(t.bindings) if t else (None, None)), None, None,
+        *(credential_kind(t.bindings) if t else (None, None)), state.ident.scope == DEMO, None, None,
         inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
     if t is not None and t.hub is not None:  # a hub call: the caller's view, and the publisher's row beside it
@@ -170,10 +170,17 @@ class CallState:
     vendor_error: bool = False
     #: the call counted against its member's call cap (treg/call/call_caps.py), given back if refused
     call_counted: Any = None
+    #: a ``/table/`` call: what the caller asked of the table (treg/call/table.py ``TableCall``), else None
+    table: Any = None
 
     #: the audit row (:func:`call_record`)
     record = call_record
     request_evidence = request_evidence
+
+    @property
+    def reshaped(self) -> bool:
+        """The answer is not given as it came: a ``/table/`` call's (a table), a public demo call's (marked)."""
+        return self.table is not None or (self.ident is not None and self.ident.is_demo)
 
     @property
     def redactor(self) -> Redactor:

@@ -19,7 +19,7 @@ class CallInput:
     """What the caller sent, as the edge saw it (raw path and query: percent-encoding untouched)."""
 
     call_id: str
-    surface: str  # "call" | "catalog" | "redirect" | "mcp" (the audit row's surface)
+    surface: str  # "call" | "catalog" | "table" | "redirect" | "mcp" (the audit row's surface)
     method: str
     rest: str  # raw path after /call/ (or /catalog/call/), without the query
     raw_query: str  # raw query string without '?', '' when none
@@ -43,11 +43,14 @@ class CallInput:
     #: a routed call's child (treg/call/routed.py): where the settle stage leaves its hold, open, for the
     #: routed call to close; None: the call closes its own hold
     deferred: Any = field(default=None, repr=False, compare=False)
+    #: the connection's peer address (the public demo counts calls by client address: treg/forwarded.py)
+    peer: str | None = None
 
     @property
     def catalog_form(self) -> bool:
-        """Resolved as ``/catalog/call/<endpoint-id>``: exact endpoint ids only, no org tool shadows one."""
-        return self.surface == "catalog" or self.form == "catalog"
+        """Resolved as ``/catalog/call/<endpoint-id>``: exact endpoint ids only, no org tool shadows one
+        (``/table/<endpoint-id>`` too: the same call, answered as a table)."""
+        return self.surface == "catalog" or self.surface == "table" or self.form == "catalog"
 
     def header(self, name: str) -> str | None:
         lname = name.lower()

@@ -27,6 +27,7 @@ from treg.catalog import archive_policy
 from treg.catalog.async_jobs import link_utilities, parse_submission
 from treg.catalog.routed import with_routed
 from treg.catalog.oauth import parse_block as parse_oauth_block
+from treg.catalog.table import check_row as check_table
 from treg.overflow.aggregator import OverflowRoute, collect_aggregators
 from treg.plugins import PluginFailed, PluginHost, call_hook
 
@@ -55,7 +56,7 @@ PROVIDER_KEYS = frozenset({"id", "name", "description", "docs_url", "base_url", 
 ENDPOINT_KEYS = frozenset({"id", "method", "path", "params", "price", "capability", "status", "status_note",
                            "superseded_by", "platform_auth", "strict_query", "body_allowlist",
                            "spooled_response", "platform_blocked", "host", "description", "docs_url",
-                           "overflow", "managed_resource", "archive", "async", "success", "guards"})
+                           "overflow", "managed_resource", "archive", "async", "success", "guards", "table"})
 PARAM_KEYS = frozenset({"name", "in", "required", "enum", "type", "min_items", "max_items", "item_enum",
                         "description"})
 AUTH_KEYS = frozenset({"location", "name", "format", "secret_field"})
@@ -383,6 +384,10 @@ class _Loader:
         if guards and flags["platform_blocked"]:
             add(plugin, row, "guards", "the endpoint is never offered on treg's key (platform_blocked): "
                 "nothing would be guarded")
+        table = check_table(data.get("table"), report)
+        if table is not None and flags["spooled_response"]:
+            # /table/ reads the whole answer into memory to make its rows; a spooled one is too large for it
+            add(plugin, row, "table", "a spooled_response row's answer is never read whole: it has no table")
 
         if len(self.c.problems) > before or price is None:
             return None
@@ -391,7 +396,7 @@ class _Loader:
                       superseded_by=superseded_by, platform_auth=platform_auth, host=host,
                       description=data.get("description"), docs_url=data.get("docs_url"), plugin=plugin,
                       overflow=overflow, managed_resource=managed, archive=archive, async_job=async_job,
-                      success=success, guards=guards, **flags)
+                      success=success, guards=guards, table=table, **flags)
         self.endpoints[eid] = ep
         return ep
 

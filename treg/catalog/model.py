@@ -202,6 +202,8 @@ class Endpoint:
     success: Any = None
     #: integer ranges and defaults enforced on treg's own key (treg.catalog.guards.Guard), in row order
     guards: tuple[Any, ...] = ()
+    #: where the answer's rows are (treg.catalog.table.TableSpec): callable on ``/table/``; None: not there
+    table: Any = None
 
     @property
     def operation(self) -> str:
@@ -272,6 +274,7 @@ class Endpoint:
             "archive": self.archive.to_json() if self.archive is not None else None,
             "async": self.async_job.to_json() if self.async_job is not None else None,
             "success": self.success.to_json() if self.success is not None else None,
+            "table": self.table.to_json() if self.table is not None else None,
         })
         return out
 

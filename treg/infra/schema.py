@@ -26,6 +26,9 @@ orgs = Table(
     _created(),
     # false: the org opted out of overflow to aggregators (PATCH /api/v1/org, migration 0006)
     Column("platform_overflow", Boolean, nullable=False, server_default=text("true")),
+    # true: the operator runs this org as a public demo (`treg demo enable`, migration 0018); while false,
+    # its demo-scoped tokens answer 403 demo_disabled
+    Column("public_demo", Boolean, nullable=False, server_default=text("false")),
 )
 
 users = Table(
@@ -70,6 +73,10 @@ tokens = Table(
     _created(),
     Column("last_used_at", DateTime(timezone=True), nullable=True),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
+    # what the token may do (migration 0018): `full` (every route its member may use), `table` (GETs of
+    # /table/ only: a read-only token for spreadsheets), `demo` (the public demo's calls only)
+    Column("scope", String(16), nullable=False, server_default=text("'full'")),
+    CheckConstraint("scope IN ('full', 'table', 'demo')", name="scope"),
 )
 
 secrets = Table(
@@ -165,6 +172,8 @@ calls = Table(
     # connection whose token it was (migration 0016, docs/oauth.md)
     Column("credential_kind", String(16), nullable=True),
     Column("connection_id", String(40), nullable=True),
+    # made with a `demo`-scoped token: the public demo gate admitted or refused it (migration 0018)
+    Column("demo", Boolean, nullable=False, server_default=text("false")),
     # a hub call (migration 0019): the ref called (`<org-slug>.<name>`), on both rows; on the publishing
     # org's row the caller's org slug (never its member)
     Column("hub_ref", String(264), nullable=True),
@@ -274,6 +283,19 @@ member_calls = Table(
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
     Column("calls", Integer, nullable=False),
     PrimaryKeyConstraint("member_id", "day"),
+)
+
+demo_calls = Table(
+    # The public demo's sliding hour (migration 0018): one row per demo call a client address was admitted
+    # for, kept an hour. Counted under a per-(org, client) advisory lock, so every process agrees; a call
+    # refused later (before any vendor contact) deletes its row: refused calls do not count.
+    "demo_calls", metadata,
+    Column("call_id", String(64), primary_key=True),
+    Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    Column("client", String(64), nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_demo_calls_org_id_client_at", "org_id", "client", "at"),
+    Index("ix_demo_calls_at", "at"),
 )
 
 tag_budgets = Table(

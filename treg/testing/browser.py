@@ -50,6 +50,14 @@ async def chromium(*, args: tuple[str, ...] = ()) -> AsyncIterator[Any]:
             await browser.close()
 
 
+async def log_in(page: Any, token: str) -> None:
+    """Log a Playwright page into the dashboard with ``token``, as a person does (the form, its button)."""
+    await page.goto("/ui/login")
+    await page.get_by_label("Token").fill(token)
+    await page.get_by_role("button", name="Log in").click()
+    await page.wait_for_url("**/ui/")
+
+
 async def logged_in(browser: Any, base_url: str, token: str) -> Any:
     """A page of a new context of ``browser``, logged in to the dashboard at ``base_url`` with ``token``
     (on the Overview, ``/ui/``); ``page.seen_5xx`` collects the URL of every answer of 500 or more."""
@@ -57,8 +65,10 @@ async def logged_in(browser: Any, base_url: str, token: str) -> Any:
     page = await ctx.new_page()
     page.seen_5xx = []
     page.on("response", lambda r: page.seen_5xx.append(r.url) if r.status >= 500 else None)
-    await page.goto("/ui/login")
-    await page.get_by_label("Token").fill(token)
-    await page.get_by_role("button", name="Log in").click()
-    await page.wait_for_url("**/ui/")
+    await log_in(page, token)
     return page
+
+
+async def nav(page: Any, name: str) -> None:
+    """Follow the dashboard's main navigation link ``name``."""
+    await page.get_by_role("navigation", name="Main").get_by_role("link", name=name, exact=True).click()

@@ -42,7 +42,8 @@ LOGGER = "aiohttp.access"
 CALL_ID = "X-Treg-Call-Id"
 
 #: the call surfaces by path prefix (as treg.web.call routes them); anything else is ``api`` or ``other``
-_SURFACES = (("/call/", "call"), ("/catalog/call/", "catalog"), ("/redirect/", "redirect"), ("/api/", "api"))
+_SURFACES = (("/call/", "call"), ("/catalog/call/", "catalog"), ("/table/", "table"), ("/redirect/", "redirect"),
+             ("/api/", "api"))
 
 
 def surface(path: str) -> str:

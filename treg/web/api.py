@@ -60,7 +60,7 @@ async def create_token(request: web.Request) -> web.Response:
     member_id = body.get("member_id")
     if member_id is not None and not isinstance(member_id, str):
         raise BadRequest("member_id must be a string", code="invalid_member")
-    return json_response(await membership.create_token(svc, ident, member_id), status=201)
+    return json_response(await membership.create_token(svc, ident, member_id, body.get("scope")), status=201)
 
 
 @routes.get("/api/v1/tokens")

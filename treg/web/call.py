@@ -24,7 +24,7 @@ from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
 
-_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "redirect": "/redirect/"}
+_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "table": "/table/", "redirect": "/redirect/"}
 
 
 #: fixed-length answers up to this size send their headers together with the body
@@ -221,7 +221,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     # building the value (docs/performance.md, round 6)
     return CallInput(call_id, surface, request.method, rest, query, headers, token, ctl.org_hint,
                      body, declared, tag=ctl.tag, idempotency_key=ctl.idempotency_key,  # type: ignore[arg-type]
-                     user_agent=ctl.user_agent)
+                     user_agent=ctl.user_agent, peer=request.remote)
 
 
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
@@ -253,6 +253,6 @@ def _surface_route(surface: str) -> Callable[[web.Request], Awaitable[web.Stream
 # [\s\S]: match_info is percent-decoded, and a target such as /call/%0d%0a... must still reach the call
 # surface (a clear 404 with X-Treg-Call-Id), not fall through the router as "no route" ('.' stops at \n).
 # /redirect/: a relayed redirect to another host, followed: relayed there with no credential
-# (treg/call/redirects.py)
+# (treg/call/redirects.py); /table/: the catalog call answered as a table (treg/call/table.py)
 for _surface, _prefix in _PREFIXES.items():
     routes.route("*", _prefix + "{rest:[\\s\\S]*}")(_surface_route(_surface))

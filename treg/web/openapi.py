@@ -82,11 +82,18 @@ SCHEMAS: dict[str, Any] = {
                           "daily_cap_micro": _LIMIT},
                          ("member_id", "calls_per_day", "calls_today", "resets_at", "daily_cap_micro")),
     "NewToken": _obj({"member_id": {"type": ["string", "null"],
-                                    "description": "another member's id (owner/admin); omitted: your own"}},
+                                    "description": "another member's id (owner/admin); omitted: your own"},
+                      "scope": {"enum": ["full", "table", None], "description": "`table`: a read-only token, "
+                                "valid only on GET /table/<endpoint-id> (docs/sharing.md); any member, for "
+                                "themselves only. Omitted or null: `full`"}},
                      closed=True),
-    "TokenCreated": _obj({"member_id": _ID, "token": {"type": "string"}}, ("member_id", "token")),
-    "Token": _obj({"id": _ID, "member_id": _ID, "prefix": {"type": "string"}, "created_at": _TIME,
-                   "last_used_at": _NULLABLE_TIME, "revoked_at": _NULLABLE_TIME}, ("id", "member_id", "prefix")),
+    "TokenCreated": _obj({"member_id": _ID, "token": {"type": "string", "description": "shown once"},
+                          "scope": {"enum": ["full", "table"]}}, ("member_id", "token", "scope")),
+    "Token": _obj({"id": _ID, "member_id": _ID, "prefix": {"type": "string"},
+                   "scope": {"enum": ["full", "table", "demo"], "description": "`demo`: a public demo's token "
+                             "(treg demo token, docs/sharing.md)"},
+                   "created_at": _TIME, "last_used_at": _NULLABLE_TIME, "revoked_at": _NULLABLE_TIME},
+                  ("id", "member_id", "prefix", "scope")),
     "NewProject": _obj({"name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"}},
                        ("name",), closed=True),
     "Project": _obj({"id": _ID, "name": {"type": "string"}, "created_at": _TIME}, ("id", "name")),
@@ -132,6 +139,7 @@ SCHEMAS: dict[str, Any] = {
                   "refused_by": {"type": ["string", "null"]}, "credential_tier": {"type": ["string", "null"]},
                   "cost_micro": {"type": "integer"}, "duration_ms": {"type": ["integer", "null"]},
                   "kind": {"enum": [None, "async_submit", "async_poll", "async_fetch"]},
+                  "demo": {"type": "boolean", "description": "made with a public demo's token (docs/sharing.md)"},
                   "overflow": {"type": ["object", "null"], "description": "the overflow attempt, when the call "
                                "was sent to an aggregator: {aggregator, status, cost_micro} (GET one call only)"},
                   "credential_kind": {"enum": [None, "oauth", "secret", "platform"],
@@ -155,8 +163,10 @@ SCHEMAS: dict[str, Any] = {
                       "state": {"enum": ["active", "deleted"]}, "created_at": _TIME, "updated_at": _TIME,
                       "tag": {"type": ["string", "null"]}, "call_id": {"type": "string"}},
                      ("kind", "provider", "id", "state", "created_at")),
-    "Org": _obj({"org_id": _ID, "slug": _ID, "created_at": _TIME, "platform_overflow": {"type": "boolean"}},
-                ("org_id", "slug", "platform_overflow")),
+    "Org": _obj({"org_id": _ID, "slug": _ID, "created_at": _TIME, "platform_overflow": {"type": "boolean"},
+                 "public_demo": {"type": "boolean", "description": "the operator runs this org as a public demo "
+                                 "(treg demo enable|disable: CLI only, docs/sharing.md)"}},
+                ("org_id", "slug", "platform_overflow", "public_demo")),
     "OrgChange": _obj({"platform_overflow": {"type": "boolean", "description": "false: this org's platform-tier "
                                              "calls never overflow to aggregators (docs/resilience.md)"}},
                       closed=True),
@@ -172,7 +182,9 @@ SCHEMAS: dict[str, Any] = {
                                  "description": "integer ranges and defaults enforced on treg's own key (the "
                                                 "platform tier) before any hold (docs/plugins.md)"},
                       "success": {"type": ["object", "null"], "description": "the declared success rule "
-                                  "{status?, path, absent | equals | nonempty} (GET one endpoint; docs/money.md)"}},
+                                  "{status?, path, absent | equals | nonempty} (GET one endpoint; docs/money.md)"},
+                      "table": {"type": ["object", "null"], "description": "GET one endpoint: where its answer's "
+                                "rows are, {rows, columns?}; null: not callable on /table/ (docs/sharing.md)"}},
                      ("id", "callable", "billed")),
     "Guard": _obj({"param": {"type": "string"}, "in": {"enum": ["query", "body"]}, "type": {"const": "integer"},
                    "min": {"type": "integer"}, "max": {"type": "integer"}, "default": {"type": "integer"}},
@@ -286,7 +298,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("PUT", "/api/v1/members/{member_id}/limits"): _op(
         "putMemberLimits", "set or remove a member's cap on calls a UTC day (owner/admin; only an owner limits an "
         "owner)", "200", _ref("MemberLimits"), body="MemberLimitsSet", errors=("404",), params=(_MEMBER_ID,)),
-    ("POST", "/api/v1/tokens"): _op("createToken", "a new token for yourself, or a member (owner/admin)", "201",
+    ("POST", "/api/v1/tokens"): _op("createToken", "a new token for yourself, or a member (owner/admin); "
+                                    "`scope: table` for a read-only /table/ token", "201",
                                     _ref("TokenCreated"), body="NewToken", body_optional=True, errors=("404",)),
     ("GET", "/api/v1/tokens"): _op("listTokens", "tokens (yours; every member's for owner/admin)", "200",
                                    _list_of("tokens", "Token")),

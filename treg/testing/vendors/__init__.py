@@ -10,5 +10,7 @@ declaring it, one module per feature under test. Import them by module: their co
 * ``oauth``      — ``FakeOAuth``, a scripted OAuth 2.0 provider counting its token requests, and
   ``consent_by_http``, a person's consent as plain HTTP (OAuth connections);
 * ``overflow``   — a vendor with overflow routes, a fake Orthogonal and a fake Monid (overflow);
-* ``resources``  — ``hooky``, a vendor of durable webhooks (owned resources).
+* ``resources``  — ``hooky``, a vendor of durable webhooks (owned resources);
+* ``tables``     — ``crm``, a contacts vendor with formula-injection cells, table rows (``/table/``, the
+  public demo).
 """

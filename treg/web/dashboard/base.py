@@ -42,7 +42,7 @@ NAV = (("overview", "/ui/", "Overview"), ("tools", "/ui/tools", "Tools"), ("secr
        ("connections", "/ui/connections", "Connections"), ("hub", "/ui/hub", "Hub"),
        ("members", "/ui/members", "Members and tokens"), ("deny", "/ui/deny-rules", "Deny rules"),
        ("activity", "/ui/activity", "Activity"), ("catalog", "/ui/catalog", "Catalog"),
-       ("capacity", "/ui/capacity", "Capacity"), ("try", "/ui/try", "Try it"))
+       ("capacity", "/ui/capacity", "Capacity"), ("org", "/ui/org", "Org"), ("try", "/ui/try", "Try it"))
 
 
 @dataclass(frozen=True)

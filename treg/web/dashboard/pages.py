@@ -10,7 +10,8 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg import calls, deny_rules, member_limits, membership, money, org_data, secrets_store, tools, ui_sessions
+from treg import (calls, deny_rules, member_limits, membership, money, org_data, org_settings, public_demo,
+                  secrets_store, tools, ui_sessions)
 from treg.catalog import tiers
 from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
@@ -455,6 +456,27 @@ async def catalog(p: Page) -> web.StreamResponse:
                      "needs": None if tier or not ep.is_live else tiers.needed_tier(provider, ep),
                      "alternatives": alternatives(registry, ep, p.svc.settings, creds) if alt_lists[ep.id] else []})
     return p.render("catalog.html", "catalog", endpoints=rows, q=text)
+
+
+# -- the org ----------------------------------------------------------------------------------------
+
+@routes.get("/ui/org")
+@page
+async def org_page(p: Page) -> web.StreamResponse:
+    # what GET /api/v1/org answers, and the public demo's state: shown only, the operator's CLI changes it
+    org = await org_settings.get_org(p.svc, p.ident)
+    demo = await public_demo.status(p.svc, p.ident.org_id)
+    bal = await money.balance(p.svc, p.ident.org_id)  # the day's spend, held included, as the budget counts it
+    demo["used_today_micro"] = bal.spent_today_micro + bal.held_today_micro
+    return p.render("org.html", "org", org=org, demo=demo)
+
+
+@routes.post("/ui/tokens/table")
+@page
+async def tokens_create_table(p: Page) -> web.StreamResponse:
+    out = await membership.create_token(p.svc, p.ident, None, "table")
+    return await _members_page(p, status=201, new_token={"token": out["token"], "for": out["member_id"],
+                                                         "scope": "table"})
 
 
 # -- capacity ---------------------------------------------------------------------------------------
