@@ -35,6 +35,7 @@ from urllib.parse import quote, unquote_plus
 
 from treg.catalog.errors import InvalidParameters
 from treg.catalog.placeholders import decode_query_value
+from treg.http_grammar import CTL
 
 KEYS = frozenset({"param", "in", "type", "min", "max", "default"})
 #: a guard's bound: any integer a vendor's page size or record count could be (far beyond int64 refused)
@@ -43,7 +44,6 @@ _INTEGER = re.compile(r"\A-?[0-9]+\Z")
 #: a query value longer than this cannot be an integer within any bound (and Python refuses to parse
 #: a few thousand digits): refused as out of range without converting it
 _DIGITS_MAX = 40
-_CTL = re.compile(r"[\x00-\x1f\x7f]")
 
 #: the loader's report of one problem of the row: ``(field, message)``
 Report = Callable[[str, str], None]
@@ -134,7 +134,7 @@ def parse(raw: Any, report: Report, *, method: str, params: Sequence[Any], slots
         for key in sorted(set(item) - KEYS, key=str):
             bad(str(key), f"unknown guard field; known: {sorted(KEYS)}")
         param, loc = item.get("param"), item.get("in")
-        if not isinstance(param, str) or not param or len(param) > 200 or _CTL.search(param):
+        if not isinstance(param, str) or not param or len(param) > 200 or CTL.search(param):
             bad("param", "must name the parameter (a non-empty string)")
         if loc not in ("query", "body"):
             bad("in", f"{loc!r} must be query or body")
