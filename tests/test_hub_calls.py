@@ -359,3 +359,32 @@ async def test_a_compressed_answer_is_checked_decoded_and_one_treg_cannot_read_i
         body = await r.json()
         assert r.status == 502 and body["error"] == "hub_answer_unreadable" and r.headers["X-Treg-Cost-Micro"] == "0"
         assert await _balances(pair) == before
+
+
+@pytest.mark.parametrize("latin1", [False, True], ids=["utf8-head", "latin1-head"])
+async def test_the_status_lines_reason_phrase_never_carries_the_publishers_credential(aiohttp_client, make_app,
+                                                                                     latin1):
+    """The reason phrase is the upstream's free text too: one echoing the Authorization it got must not hand
+    it to another org's caller (in either of the edge's ways of writing a head: aiohttp's, and the raw one
+    a latin-1 header value needs)."""
+    def answer(ex):
+        auth = ex.header("authorization") or ""
+        head = http_response(200, b'{"ok": true}', [("Content-Type", "application/json")], reason=f"OK {auth}")
+        if latin1:  # a header that is not UTF-8: the head is written from its own bytes (treg/web/call.py)
+            head = head.replace(b"\r\n\r\n", b"\r\nX-Note: caf\xe9\r\n\r\n", 1)
+        return head
+
+    async with hub_pair(aiohttp_client, make_app, answer, price=PRICE) as pair:
+        host, port = pair.client.server.host, pair.client.server.port
+        reader, writer = await asyncio.open_connection(host, port)
+        token = pair.caller_member["headers"]["X-Treg-Token"]
+        writer.write(f"GET /call/{pair.ref}/items HTTP/1.1\r\nHost: x\r\nX-Treg-Token: {token}\r\n"
+                     "Connection: close\r\n\r\n".encode())
+        raw = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        status_line, _, rest = raw.partition(b"\r\n")
+        assert status_line == b"HTTP/1.1 200 OK", status_line
+        assert leaks(raw.decode("latin-1")) == [] and (b"caf\xe9" in rest) == latin1
+        # the publisher calling its own ref is its own tool's call: relayed as it came
+        r = await pair.publisher.call("GET", f"/call/{pair.ref}/items")
+        assert r.status == 200 and r.reason.startswith("OK Bearer ")

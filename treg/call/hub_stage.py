@@ -17,7 +17,8 @@ runs another org's published tool with that org's credentials.
 * **settle** (:func:`answer`): the answer read whole (bounded, as a metered one), so no byte of it
   reaches the caller before it was checked: every injected value is masked in its headers and its
   body (decoded first when compressed; an answer treg cannot decode is refused, 502
-  ``hub_answer_unreadable``), cookies the publisher's upstream sets are dropped, and a ``Location``
+  ``hub_answer_unreadable``), cookies the publisher's upstream sets are dropped, its status line's reason
+  phrase replaced by the standard one, and a ``Location``
   into the publisher's tool becomes ``/call/<ref>/…`` (elsewhere: ``/redirect/…``, with no
   credential). A 2xx settles the hold at the price, anything else releases it.
 * **record** (treg/call/hub_views.py): the caller's row and the publisher's, one call id; the slot is
@@ -114,8 +115,12 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
     ok = 200 <= resp.status < 300
     data = await metered.buffer_answer(resp)
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+    reason = resp.reason
     if target.hub_for(ident.org_id) is not None:  # another org's caller: nothing of the publisher's leaves
         data, relayed = _checked(state, resp, data, relayed)
+        # the status line's reason phrase is the upstream's free text too (an echo of the request's
+        # Authorization, say): another org's caller gets the status's standard phrase instead
+        reason = ""
     if "location" in resp.index or "content-location" in resp.index:
         relayed = redirects.rewrite_locations(svc, ident, state.inp, target, relayed, state.masked)
     # stored before the hold closes, as a metered answer is: a crash between leaves an open hold the
@@ -132,7 +137,7 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
         finally:
             svc.hub.release(svc, state.inp.call_id)  # the answer finished streaming: the slot is free
 
-    return CallOutcome.whole_answer(resp.status, out, data, finish, reason=resp.reason, raw_headers=resp.raw_headers)
+    return CallOutcome.whole_answer(resp.status, out, data, finish, reason=reason, raw_headers=resp.raw_headers)
 
 
 def _checked(state: CallState, resp: UpstreamResponse, data: bytes,
