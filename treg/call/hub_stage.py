@@ -31,7 +31,7 @@ from dataclasses import replace
 from urllib.parse import unquote, urlsplit
 
 from treg import idempotency, money
-from treg.call import encodings, evidence, headers as hdr, metered, redirects, reserve
+from treg.call import answer_mask, evidence, headers as hdr, metered, redirects, reserve
 from treg.call.record import finisher
 from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
@@ -117,10 +117,18 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
     reason = resp.reason
     if target.hub_for(ident.org_id) is not None:  # another org's caller: nothing of the publisher's leaves
-        data, relayed = _checked(state, resp, data, relayed)
-        # the status line's reason phrase is the upstream's free text too (an echo of the request's
-        # Authorization, say): another org's caller gets the status's standard phrase instead
+        relayed = [(k, v) for k, v in relayed if k.lower() not in _DROPPED]
+        # the status line's reason phrase is the upstream's free text: another org's caller always gets
+        # the status's standard phrase (not only when it held a value: its text is the publisher's)
         reason = ""
+        values = _values(state)
+        if values:
+            redactor = Redactor.for_values(values) if values != state.secret_values else state.redactor
+            seen = await answer_mask.checked(redactor, resp, data, relayed)
+            if seen is None:
+                raise GatewayFailed(answer_mask.unreadable("the publisher's credential"),
+                                    code="hub_answer_unreadable", blame="upstream")
+            data, relayed = seen.data, seen.headers
     if "location" in resp.index or "content-location" in resp.index:
         relayed = redirects.rewrite_locations(svc, ident, state.inp, target, relayed, state.masked)
     # stored before the hold closes, as a metered answer is: a crash between leaves an open hold the
@@ -138,29 +146,3 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
             svc.hub.release(svc, state.inp.call_id)  # the answer finished streaming: the slot is free
 
     return CallOutcome.whole_answer(resp.status, out, data, finish, reason=reason, raw_headers=resp.raw_headers)
-
-
-def _checked(state: CallState, resp: UpstreamResponse, data: bytes,
-             relayed: list[tuple[str, str]]) -> tuple[bytes, list[tuple[str, str]]]:
-    """The answer as another org's caller may get it: the publisher's values masked in every header and
-    in the body, in every encoding the redactor knows; its cookies dropped. The bytes are relayed as
-    they came when nothing had to be masked; a masked body goes out decoded (its coding dropped)."""
-    values = _values(state)
-    relayed = [(k, v) for k, v in relayed if k.lower() not in _DROPPED]
-    if not values:
-        return data, relayed
-    redactor = Redactor.for_values(values) if values != state.secret_values else state.redactor
-    relayed = [(k, redactor.text(v)) for k, v in relayed]
-    applied = encodings.codings(resp.headers)
-    plain = encodings.decode(data, applied, metered.EVIDENCE_DECODED_MAX) if applied and data else data
-    if plain is None:
-        raise GatewayFailed("the publisher's upstream answered in a content coding treg cannot read, so it "
-                            "cannot check the answer for the publisher's credential; nothing was charged "
-                            "(ask without Accept-Encoding, or with gzip)", code="hub_answer_unreadable",
-                            blame="upstream")
-    masked = redactor.data(plain)
-    if masked == plain:
-        return data, relayed
-    if applied:
-        relayed = [(k, v) for k, v in relayed if k.lower() != "content-encoding"]
-    return masked, relayed

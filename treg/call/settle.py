@@ -12,6 +12,8 @@
 
   1. overflow (:func:`_overflow`): a failed direct answer saying treg's account is out is served
      through an aggregator instead, the direct hold released first;
+  then, on the platform tier, the answer as its caller may read it (``treg/call/answer_mask.py``:
+  treg's own key masked wherever the vendor echoed it; every part below sees that answer);
   2. owned resources (``resources.observe_answer``): a created object recorded as the org's before its
      id leaves;
   3. async jobs (``jobs.after_answer``): a submission's job recorded, its hold left open to its polls;
@@ -39,12 +41,13 @@ from __future__ import annotations
 from typing import Any
 
 from treg import idempotency
-from treg.call import archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr, hub_stage, jobs
-from treg.call import metered, overflow_stage, redirects, resources, table
+from treg.call import answer_mask, archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr
+from treg.call import hub_stage, jobs, metered, overflow_stage, redirects, resources, table
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
 from treg.catalog.success import succeeded
 from treg.context import Services
+from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
 from treg.plugins import spool_evidence_paths
 
@@ -72,12 +75,19 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     # the upstream's headers the caller gets; the length is set below from what was actually read
     relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
     spooled: metered.Spooled | None = None
+    reason = resp.reason
     try:
         if "location" in resp.index or "content-location" in resp.index:
             relayed = _treg_locations(svc, state, relayed)
         data, spooled, answer = await _read_answer(svc, state, resp, ok)
         if not ok and (overflowed := await _overflow(svc, state, resp, data)) is not None:  # 1 overflow
             return overflowed
+        if spooled is None and _not_the_callers_key(state):  # treg's own key: never echoed to its caller
+            seen = await answer_mask.checked(state.redactor, resp, data, relayed)
+            if seen is None:
+                raise GatewayFailed(answer_mask.unreadable("treg's own key"), code="platform_answer_unreadable",
+                                    blame="upstream")
+            data, relayed, reason = seen.data, seen.headers, seen.reason
         # the endpoint's declared success rule: a 2xx with an error inside is no success for money
         success = vendor_success(state, resp.status, answer)
         await resources.observe_answer(svc, state, resp.status, answer)  # 2 owned resources
@@ -98,7 +108,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     err_head = None if success else (data[:evidence.RESPONSE_HEAD_MAX], len(data) > evidence.RESPONSE_HEAD_MAX)
     finish = finisher(svc, state, resp, err_head)
     if spooled is None:
-        return CallOutcome.whole_answer(resp.status, headers, data, finish, reason=resp.reason,
+        return CallOutcome.whole_answer(resp.status, headers, data, finish, reason=reason,
                                         raw_headers=resp.raw_headers)
     index = resp.index
     return CallOutcome(resp.status, resp.reason, headers, spooled.stream(), spooled.close, finish, length,
@@ -148,6 +158,13 @@ def vendor_success(state: CallState, status: int, answer: Any) -> bool:
     ok = succeeded(state.target.catalog.endpoint.success, status, answer)
     state.vendor_error = 200 <= status < 300 and not ok
     return ok
+
+
+def _not_the_callers_key(state: CallState) -> bool:
+    """The answer was fetched with treg's own vendor key (the platform tier), which no caller may read
+    (treg/call/answer_mask.py); an org's own or team key is the org's to see echoed."""
+    target = state.target
+    return target is not None and target.credential_tier == "platform" and bool(state.secret_values)
 
 
 async def _close_hold(svc: Services, state: CallState, ok: bool, answer: Any) -> None:

@@ -1,0 +1,152 @@
+"""treg's own vendor key never reaches a platform-tier caller through the vendor's answer (treg/call/answer_mask.py):
+an upstream echoing the Authorization it got — in the body, a header, the status line's reason phrase, compressed
+or not — has it masked before any byte leaves; a replay of the call and an archive hit serve the masked answer;
+an org's own (team) key echoed is relayed as it came (the org's to see). Over real sockets, raw bytes read."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+from typing import Any, AsyncIterator
+
+import pytest
+
+from treg import membership, money
+from treg.call import answer_mask, metered
+from treg.keys import SERVICES
+from treg.redaction import Redactor
+from treg.settings import SecretStr
+from treg.testing import Gateway, ProviderPlugin, example_provider, http_response, raw_upstream
+
+KEY = "pk-live-OPERATOR-9a8b7c6d5e"
+PATH = "/catalog/call/acme.items.get?item_id=7"
+SPELLINGS = (KEY, KEY.encode().hex(), "cGstbGl2ZS1PUEVSQVRPUi05YThiN2M2ZDVl")  # raw, hex, base64 of the key
+
+
+def _echo(*, coding: str | None = None, status: int = 200):
+    def answer(ex):
+        auth = ex.header("authorization") or ""
+        body = json.dumps({"auth": auth, "hex": auth[7:].encode().hex(),
+                           "b64": "cGstbGl2ZS1PUEVSQVRPUi05YThiN2M2ZDVl" if KEY in auth else ""}).encode()
+        headers = [("Content-Type", "application/json"), ("X-Echo", auth)]
+        if coding == "gzip":
+            body, headers = gzip.compress(body), headers + [("Content-Encoding", "gzip")]
+        elif coding is not None:
+            headers.append(("Content-Encoding", coding))
+        return http_response(status, body, headers, reason=f"OK {auth}")
+    return answer
+
+
+async def _raw_get(client, path: str, token: str, extra: str = "") -> bytes:
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nX-Treg-Token: {token}\r\n{extra}Connection: close\r\n\r\n"
+                 .encode())
+    raw = await asyncio.wait_for(reader.read(), 30)
+    writer.close()
+    return raw
+
+
+def _leaks(raw: bytes) -> list[str]:
+    text = gzip.decompress(raw.partition(b"\r\n\r\n")[2]).decode() if b"Content-Encoding: gzip" in raw else ""
+    return [s for s in SPELLINGS if s in raw.decode("latin-1") or s in text]
+
+
+@pytest.mark.parametrize("coding", [None, "gzip"])
+async def test_an_echoed_platform_key_is_masked_everywhere_in_the_answer(make_app, aiohttp_client, coding):
+    async with _platform(aiohttp_client, make_app, _echo(coding=coding)) as (gw, up):
+        raw = await _raw_get(gw.client, PATH, gw.org["token"], "Accept-Encoding: gzip\r\n")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head  # the reason phrase: the standard one
+        assert up.exchanges[-1].header("authorization") == f"Bearer {KEY}"  # the key was injected
+        assert _leaks(raw) == [], raw
+        assert b"X-Echo: [REDACTED]" in head and b"X-Treg-Cost-Micro: 2000" in head
+        if coding == "gzip":  # masked: sent decoded, its coding dropped, its length the new one
+            assert b"Content-Encoding" not in head
+        assert json.loads(body)["auth"] == "[REDACTED]"
+        assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)
+
+
+async def test_a_replay_serves_the_masked_answer(make_app, aiohttp_client):
+    async with _platform(aiohttp_client, make_app, _echo()) as (gw, up):
+        label = "Idempotency-Key: k-1\r\n"
+        first = await _raw_get(gw.client, PATH, gw.org["token"], label)
+        again = await _raw_get(gw.client, PATH, gw.org["token"], label)
+        assert b"X-Treg-Idempotent-Replay: true" in again.partition(b"\r\n\r\n")[0]
+        assert len(up.exchanges) == 1 and _leaks(first) == [] and _leaks(again) == []
+        assert b"[REDACTED]" in again
+
+
+async def test_an_undecodable_coding_is_withheld_and_costs_nothing(make_app, aiohttp_client):
+    async with _platform(aiohttp_client, make_app, _echo(coding="x-unknown")) as (gw, up):
+        r = await gw.client.get(PATH, headers=gw.owner)
+        body = await r.json()
+        assert r.status == 502 and body["error"] == "platform_answer_unreadable", body
+        assert KEY not in json.dumps(body) and r.headers["X-Treg-Cost-Micro"] == "0"
+        bal = await money.balance(gw.services, gw.org["org_id"])
+        assert (bal.balance_micro, bal.held_micro) == (10**9, 0)
+
+
+async def test_the_orgs_own_key_echoed_is_relayed_as_it_came(make_app, aiohttp_client):
+    async with _platform(aiohttp_client, make_app, _echo()) as (gw, up):
+        await gw.secret("team-key-of-the-org", provider="acme")
+        r = await gw.client.get(PATH, headers=gw.owner)
+        assert r.status == 200 and r.headers["X-Treg-Credential-Tier"] == "team"
+        assert (await r.json())["auth"] == "Bearer team-key-of-the-org"
+
+
+@contextlib.asynccontextmanager
+async def _platform(aiohttp_client, make_app, responder) -> AsyncIterator[tuple[Gateway, Any]]:
+    """A treg whose platform key for the example provider is KEY, relaying to ``responder``; credits."""
+    async with raw_upstream(responder) as up:
+        gw = await _gateway(aiohttp_client, make_app, up)
+        try:
+            yield gw, up
+        finally:
+            await gw.services.settler.drain()
+    
+
+async def _gateway(aiohttp_client, make_app, up) -> Gateway:
+    app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
+                   ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr(KEY)})
+    client = await aiohttp_client(app)
+    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+    await money.grant(client.app[SERVICES], org_id=org["org_id"], amount_micro=10**9, actor="test")
+    return Gateway(client, org)
+
+
+def _packed_with_key_at(offset: int, total: int) -> bytes:
+    plain = bytearray(b" " * total)
+    plain[offset:offset + len(KEY)] = KEY.encode()
+    return gzip.compress(bytes(plain))
+
+
+@pytest.mark.parametrize("offset", [3 * 1024 * 1024, answer_mask.SCAN_STEP * 6 - 7],
+                         ids=["past-the-cap", "across-a-scan-step"])
+async def test_an_answer_too_large_to_mask_that_holds_the_key_is_withheld(make_app, aiohttp_client, monkeypatch,
+                                                                          offset):
+    """Over the decoded bound the answer is scanned in steps, never whole: the key found there (also split
+    between two steps) cannot be masked without sending it all decoded, so it is withheld, nothing charged."""
+    monkeypatch.setattr(metered, "EVIDENCE_DECODED_MAX", 1024 * 1024)
+    packed = _packed_with_key_at(offset, 4 * 1024 * 1024)
+
+    def answer(ex):
+        return http_response(200, packed, [("Content-Type", "application/json"), ("Content-Encoding", "gzip")])
+
+    async with _platform(aiohttp_client, make_app, answer) as (gw, up):
+        raw = await _raw_get(gw.client, PATH, gw.org["token"], "Accept-Encoding: gzip\r\n")
+        assert raw.startswith(b"HTTP/1.1 502 "), raw[:200]
+        assert b"platform_answer_unreadable" in raw and KEY.encode() not in raw
+        bal = await money.balance(gw.services, gw.org["org_id"])
+        assert (bal.balance_micro, bal.held_micro) == (10**9, 0)
+
+
+def test_the_scan_finds_a_value_wherever_it_is_and_only_there():
+    r = Redactor.for_values([KEY])
+    for offset in (0, answer_mask.SCAN_STEP - 3, answer_mask.SCAN_STEP * 2 - len(KEY) + 1, 5 * 1024 * 1024):
+        assert answer_mask.clean_in_steps(r, _packed_with_key_at(offset, 6 * 1024 * 1024), ["gzip"]) is False
+    assert answer_mask.clean_in_steps(r, gzip.compress(b" " * 6 * 1024 * 1024), ["gzip"]) is True
+    assert answer_mask.clean_in_steps(r, gzip.compress(b" " * 1024)[:-9], ["gzip"]) is False  # truncated
+    assert answer_mask.clean_in_steps(r, b"\x1f\x8bnot gzip", ["gzip"]) is False
+    assert answer_mask.clean_in_steps(r, gzip.compress(b"x"), ["br"]) is False  # a coding it does not scan

@@ -1,0 +1,108 @@
+"""An answer made safe for a caller who must not read the credential that fetched it.
+
+Two kinds of call inject a credential their caller does not own: a **hub call** of another org's tool
+(the publisher's secret; treg/call/hub_stage.py) and a **platform-tier** catalog call (treg's own vendor
+key, ``TREG_PLATFORM_KEY_*``; the settle stage's metered answer, treg/call/settle.py). Both answers are
+read whole before any byte leaves (bounded, as a metered answer), so an upstream that echoes what it got
+(an error quoting the key, a debugging echo of the request, a status line carrying the Authorization)
+is checked first: every injected value is masked (``[REDACTED]``) in every header, in the status line's
+reason phrase (replaced by the status's standard phrase) and in the body, in every spelling the redactor
+knows (raw, percent-encoded, base64, hex, JSON escapes). A body in a content coding is decoded to be
+checked; when nothing had to be masked the bytes go out as they came, coding and all; when something
+was, the masked body goes out decoded (its ``Content-Encoding`` dropped, its length the new one).
+
+The decoded copy is bounded (``metered.EVIDENCE_DECODED_MAX``, 16 MiB, as settlement's evidence): a
+gzip or deflate answer inflating past it (a decompression bomb, or a very large JSON) is scanned
+instead, in steps of :data:`SCAN_STEP` with an overlap longer than any masked form, off the event loop
+and up to :data:`SCAN_DECODED_MAX`: found clean, it is relayed as it came; holding a value (which could
+only be masked by sending gigabytes decoded), past the scan's bound, or in a coding treg cannot decode
+at all (br or zstd without its library), it is refused by the caller's stage (its own error code),
+nothing charged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass
+
+from treg.call import encodings, metered
+from treg.infra.upstream import UpstreamResponse
+from treg.redaction import Redactor
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What the caller may get of an answer: its body, its headers and its reason phrase."""
+
+    data: bytes
+    headers: list[tuple[str, str]]
+    reason: str
+
+
+#: the decoded bytes one step of a scan inflates
+SCAN_STEP = 256 * 1024
+#: the most a scan inflates before it gives up (CPU: ~1 s of a thread)
+SCAN_DECODED_MAX = 256 * 1024 * 1024
+
+
+async def checked(redactor: Redactor, resp: UpstreamResponse, data: bytes,
+                  headers: list[tuple[str, str]]) -> Checked | None:
+    """``data`` and ``headers`` (the answer's, as relayed) with ``redactor``'s values masked. None: the
+    answer cannot be checked (the caller refuses it with :func:`unreadable`'s words)."""
+    reason = resp.reason or ""
+    if redactor.text(reason) != reason:
+        reason = ""  # the edge writes the status's standard phrase
+    headers = [(k, redactor.text(v)) for k, v in headers]
+    applied = encodings.codings(resp.headers)
+    plain = data
+    if applied and data:
+        plain = (await asyncio.to_thread(encodings.decode, data, applied, metered.EVIDENCE_DECODED_MAX)
+                 if len(data) > metered.DECODE_INLINE_MAX else encodings.decode(data, applied,
+                                                                               metered.EVIDENCE_DECODED_MAX))
+    if plain is None and await asyncio.to_thread(clean_in_steps, redactor, data, applied):
+        return Checked(data, headers, reason)
+    if plain is None:
+        return None
+    masked = redactor.data(plain)
+    if masked == plain:
+        return Checked(data, headers, reason)
+    if applied:
+        headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+    return Checked(masked, headers, reason)
+
+
+def unreadable(whose: str) -> str:
+    """The detail of the refusal of an answer :func:`checked` could not check for ``whose`` credential."""
+    return (f"the upstream's answer cannot be read whole (its content coding, or its size decoded), so treg "
+            f"cannot check it for {whose}; nothing was charged (ask without Accept-Encoding, or with gzip)")
+
+
+def clean_in_steps(redactor: Redactor, data: bytes, applied: list[str]) -> bool:
+    """Whether ``data`` in one gzip or deflate coding inflates, within :data:`SCAN_DECODED_MAX`, to bytes
+    holding none of ``redactor``'s forms (scanned step by step, never whole). False: it holds one, it is
+    larger, malformed or truncated, or its coding is another."""
+    if len(applied) != 1 or applied[0] not in ("gzip", "x-gzip", "deflate"):
+        return False
+    # the longest masked form of a value: its JSON \\uXXXX escapes, six bytes a character (and more than
+    # any base64, hex or percent form)
+    overlap = 8 * max((len(v) for v in redactor.values), default=0)
+    for wbits in ((31,) if applied[0] != "deflate" else (15, -15)):
+        d = zlib.decompressobj(wbits=wbits)
+        pending, tail, total = data, b"", 0
+        try:
+            while True:
+                out = d.decompress(pending, SCAN_STEP)
+                pending = d.unconsumed_tail
+                total += len(out)
+                window = tail + out
+                if total > SCAN_DECODED_MAX or redactor.data(window) != window:
+                    return False
+                if d.eof:
+                    return True
+                if not out and not pending:
+                    break  # truncated
+                tail = window[-overlap:] if overlap else b""
+        except zlib.error:
+            continue
+    return False
