@@ -150,3 +150,48 @@ def test_the_scan_finds_a_value_wherever_it_is_and_only_there():
     assert answer_mask.clean_in_steps(r, gzip.compress(b" " * 1024)[:-9], ["gzip"]) is False  # truncated
     assert answer_mask.clean_in_steps(r, b"\x1f\x8bnot gzip", ["gzip"]) is False
     assert answer_mask.clean_in_steps(r, gzip.compress(b"x"), ["br"]) is False  # a coding it does not scan
+
+
+def _media_provider(base_url: str) -> dict[str, Any]:
+    return {"id": "gem", "base_url": base_url, "auth": [{"location": "header", "name": "X-Goog-Api-Key"}],
+            "endpoints": [{"id": "gem.generate", "method": "POST", "path": "/generate", "params": [],
+                           "price": {"per_call_micro": 100}, "spooled_response": True}]}
+
+
+@pytest.mark.parametrize("echo", [False, True], ids=["clean", "echoing"])
+@pytest.mark.parametrize("coding", [None, "gzip"])
+async def test_a_spooled_answer_is_scanned_on_disk(make_app, aiohttp_client, echo, coding):
+    """A ``spooled_response`` answer (written to disk as it arrives, never whole in memory) is scanned for the
+    key there: clean, every byte relayed as it came; holding it (here 2 MiB in), withheld, nothing charged."""
+    def answer(ex):
+        got = ex.header("x-goog-api-key") or ""
+        image = bytearray(b"A" * (3 * 1024 * 1024))
+        if echo:
+            image[2 * 1024 * 1024:2 * 1024 * 1024 + len(got)] = got.encode()
+        body = b'{"data": "' + bytes(image) + b'"}'
+        headers = [("Content-Type", "application/json")]
+        if coding == "gzip":
+            body, headers = gzip.compress(body), headers + [("Content-Encoding", "gzip")]
+        return http_response(200, body, headers)
+
+    async with raw_upstream(answer) as up:
+        app = make_app(extra_plugins=(ProviderPlugin([_media_provider(up.url)]),), ssrf_allow=("127.0.0.0/8",),
+                       platform={"TREG_PLATFORM_KEY_GEM": SecretStr(KEY)})
+        client = await aiohttp_client(app)
+        try:
+            org = await membership.create_org(client.app[SERVICES], slug="g", email="g@g.test")
+            gw = Gateway(client, org)
+            await money.grant(gw.services, org_id=org["org_id"], amount_micro=10**6, actor="t")
+            r = await gw.call("POST", "/catalog/call/gem.generate", json={"contents": []},
+                              headers={"Accept-Encoding": "gzip"} if coding else {})
+            body = await r.read()
+            assert up.exchanges[-1].header("x-goog-api-key") == KEY
+            assert KEY.encode() not in body and KEY not in json.dumps(dict(r.headers))
+            if echo:
+                assert r.status == 502 and json.loads(body)["error"] == "platform_answer_unreadable"
+            else:
+                assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == "100" and len(body) > 3 * 1024 * 1024
+            bal = await money.balance(gw.services, org["org_id"])
+            assert (bal.balance_micro, bal.held_micro) == (10**6 - (0 if echo else 100), 0)
+        finally:
+            await client.close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from dataclasses import dataclass
+from typing import IO, Callable, Iterator
 
 from treg.call import encodings, metered
 from treg.infra.upstream import UpstreamResponse
@@ -50,10 +51,7 @@ async def checked(redactor: Redactor, resp: UpstreamResponse, data: bytes,
                   headers: list[tuple[str, str]]) -> Checked | None:
     """``data`` and ``headers`` (the answer's, as relayed) with ``redactor``'s values masked. None: the
     answer cannot be checked (the caller refuses it with :func:`unreadable`'s words)."""
-    reason = resp.reason or ""
-    if redactor.text(reason) != reason:
-        reason = ""  # the edge writes the status's standard phrase
-    headers = [(k, redactor.text(v)) for k, v in headers]
+    headers, reason = checked_head(redactor, resp, headers)
     applied = encodings.codings(resp.headers)
     plain = data
     if applied and data:
@@ -72,6 +70,16 @@ async def checked(redactor: Redactor, resp: UpstreamResponse, data: bytes,
     return Checked(masked, headers, reason)
 
 
+def checked_head(redactor: Redactor, resp: UpstreamResponse,
+                 headers: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], str]:
+    """The answer's headers with the values masked, and its reason phrase ("" when it held one: the edge
+    writes the status's standard phrase)."""
+    reason = resp.reason or ""
+    if redactor.text(reason) != reason:
+        reason = ""
+    return [(k, redactor.text(v)) for k, v in headers], reason
+
+
 def unreadable(whose: str) -> str:
     """The detail of the refusal of an answer :func:`checked` could not check for ``whose`` credential."""
     return (f"the upstream's answer cannot be read whole (its content coding, or its size decoded), so treg "
@@ -82,27 +90,71 @@ def clean_in_steps(redactor: Redactor, data: bytes, applied: list[str]) -> bool:
     """Whether ``data`` in one gzip or deflate coding inflates, within :data:`SCAN_DECODED_MAX`, to bytes
     holding none of ``redactor``'s forms (scanned step by step, never whole). False: it holds one, it is
     larger, malformed or truncated, or its coding is another."""
+    return _clean(redactor, lambda: iter((data,)), applied)
+
+
+def clean_spool(redactor: Redactor, file: IO[bytes], applied: list[str]) -> bool:
+    """Whether a spooled answer (the bytes as relayed, in ``file``) holds none of ``redactor``'s forms, read
+    in steps (identity, or one gzip or deflate coding undone as it is read; blocking: run it in a thread)."""
+    def chunks() -> Iterator[bytes]:
+        file.seek(0)
+        while chunk := file.read(SCAN_STEP):
+            yield chunk
+    return _clean(redactor, chunks, applied)
+
+
+def _clean(redactor: Redactor, chunks: Callable[[], Iterator[bytes]], applied: list[str]) -> bool:
+    # the longest masked form of a value: its JSON \\uXXXX escapes, six bytes a character (and more than
+    # any base64, hex or percent form); a window keeps that much of the step before it
+    overlap = 8 * max((len(v) for v in redactor.values), default=0)
+    if not applied:
+        return _windows_clean(redactor, chunks(), overlap)
     if len(applied) != 1 or applied[0] not in ("gzip", "x-gzip", "deflate"):
         return False
-    # the longest masked form of a value: its JSON \\uXXXX escapes, six bytes a character (and more than
-    # any base64, hex or percent form)
-    overlap = 8 * max((len(v) for v in redactor.values), default=0)
     for wbits in ((31,) if applied[0] != "deflate" else (15, -15)):
-        d = zlib.decompressobj(wbits=wbits)
-        pending, tail, total = data, b"", 0
         try:
-            while True:
-                out = d.decompress(pending, SCAN_STEP)
-                pending = d.unconsumed_tail
-                total += len(out)
-                window = tail + out
-                if total > SCAN_DECODED_MAX or redactor.data(window) != window:
-                    return False
-                if d.eof:
-                    return True
-                if not out and not pending:
-                    break  # truncated
-                tail = window[-overlap:] if overlap else b""
+            return _windows_clean(redactor, _inflated(chunks(), wbits), overlap)
         except zlib.error:
             continue
+        except _Truncated:
+            return False
     return False
+
+
+class _Truncated(Exception):
+    """The stream ended before its coding's end, or inflated past :data:`SCAN_DECODED_MAX`."""
+
+
+def _inflated(chunks: Iterator[bytes], wbits: int) -> Iterator[bytes]:
+    d = zlib.decompressobj(wbits=wbits)
+    total = 0
+    for chunk in chunks:
+        pending = chunk
+        while pending and not d.eof:
+            out = d.decompress(pending, SCAN_STEP)
+            pending = d.unconsumed_tail
+            total += len(out)
+            if total > SCAN_DECODED_MAX:
+                raise _Truncated
+            yield out
+        while not d.eof:  # the input is in; output zlib held back at the step's limit comes now
+            out = d.decompress(b"", SCAN_STEP)
+            if not out:
+                break
+            total += len(out)
+            if total > SCAN_DECODED_MAX:
+                raise _Truncated
+            yield out
+        if d.eof:
+            return
+    raise _Truncated
+
+
+def _windows_clean(redactor: Redactor, parts: Iterator[bytes], overlap: int) -> bool:
+    tail = b""
+    for part in parts:
+        window = tail + part
+        if redactor.data(window) != window:
+            return False
+        tail = window[-overlap:] if overlap else b""
+    return True

@@ -38,6 +38,7 @@ treg's own catalog headers (``CallState.catalog_headers``). A failure here is th
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from treg import idempotency
@@ -82,12 +83,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
         data, spooled, answer = await _read_answer(svc, state, resp, ok)
         if not ok and (overflowed := await _overflow(svc, state, resp, data)) is not None:  # 1 overflow
             return overflowed
-        if spooled is None and _not_the_callers_key(state):  # treg's own key: never echoed to its caller
-            seen = await answer_mask.checked(state.redactor, resp, data, relayed)
-            if seen is None:
-                raise GatewayFailed(answer_mask.unreadable("treg's own key"), code="platform_answer_unreadable",
-                                    blame="upstream")
-            data, relayed, reason = seen.data, seen.headers, seen.reason
+        if _not_the_callers_key(state):  # treg's own key: never echoed to its caller
+            data, relayed, reason = await _checked(state, resp, data, spooled, relayed)
         # the endpoint's declared success rule: a 2xx with an error inside is no success for money
         success = vendor_success(state, resp.status, answer)
         await resources.observe_answer(svc, state, resp.status, answer)  # 2 owned resources
@@ -158,6 +155,25 @@ def vendor_success(state: CallState, status: int, answer: Any) -> bool:
     ok = succeeded(state.target.catalog.endpoint.success, status, answer)
     state.vendor_error = 200 <= status < 300 and not ok
     return ok
+
+
+async def _checked(state: CallState, resp: UpstreamResponse, data: bytes, spooled: metered.Spooled | None,
+                   relayed: list[tuple[str, str]]) -> tuple[bytes, list[tuple[str, str]], str]:
+    """The answer as a platform-tier caller may read it (treg/call/answer_mask.py): treg's key masked in
+    its headers, reason phrase and body; a spooled body is scanned on disk (it holds the key: withheld).
+    An answer that cannot be checked is refused, its hold released by the exit."""
+    if spooled is not None:
+        relayed, reason = answer_mask.checked_head(state.redactor, resp, relayed)
+        if await asyncio.to_thread(answer_mask.clean_spool, state.redactor, spooled.file,
+                                   encodings.codings(resp.headers)):
+            return data, relayed, reason
+        seen = None
+    else:
+        seen = await answer_mask.checked(state.redactor, resp, data, relayed)
+    if seen is None:
+        raise GatewayFailed(answer_mask.unreadable("treg's own key"), code="platform_answer_unreadable",
+                            blame="upstream")
+    return seen.data, seen.headers, seen.reason
 
 
 def _not_the_callers_key(state: CallState) -> bool:
