@@ -368,3 +368,13 @@ async def test_an_mcp_catalog_call_discloses_the_overflow(world):
     assert out["isError"] is False and sc["body"] == {"via": "orthogonal"}
     assert sc["served_via"] == "overflow:orthogonal" and sc["cost_micro"] == 11000
     assert world.orth.seen[0]["json"]["path"] == "/items/7"
+
+
+async def test_an_aggregator_echoing_its_key_never_hands_it_to_the_caller(world):
+    """The aggregator's key is treg's account there: a vendor answer (or an aggregator) echoing it has it
+    masked in what the caller gets, as treg's own vendor key is (treg/call/answer_mask.py)."""
+    world.orth.reply = orth_ok("0.011", {"echo": f"Bearer {ORTH_KEY}", "raw": ORTH_KEY})
+    r, body = await world.call()
+    assert r.status == 200 and r.headers["X-Treg-Served-Via"] == "overflow:orthogonal"
+    assert ORTH_KEY not in body.decode() and b"[REDACTED]" in body
+    _keys_absent(repr(dict(r.headers)))

@@ -42,6 +42,7 @@ from treg.catalog.enforce import check_request
 from treg.call_record import CallRecord
 from treg.context import Services
 from treg.infra.schema import orgs
+from treg.redaction import NO_SECRETS, Redactor
 from treg.infra.upstream import NotServing
 from treg.overflow import aggregator as agg
 from treg.overflow.aggregator import OverflowInput, OverflowResult, OverflowRoute
@@ -358,7 +359,9 @@ async def _serve(svc: Services, state: "CallState", route: OverflowRoute, call: 
 async def _served(svc: Services, state: "CallState", attempt: Attempt, result: OverflowResult,
                   verdict: Verdict) -> "CallOutcome":
     status = int(result.vendor_status or 200)
-    body = result.vendor_bytes()
+    # the vendor's answer as the aggregator relayed it: its key (treg's account there) never reaches the
+    # caller, wherever the aggregator or the vendor echoed it (treg/call/answer_mask.py's masking)
+    body = _aggregator_redactor(svc, attempt).data(result.vendor_bytes())
     ctype = "text/plain; charset=utf-8" if isinstance(result.vendor_body, str) else "application/json"
     # stored BEFORE settling (as the settle stage does): a crash between leaves a hold the reaper releases
     await state.store_for_replay(svc, status, [("Content-Type", ctype)], body)
@@ -370,6 +373,11 @@ async def _served(svc: Services, state: "CallState", attempt: Attempt, result: O
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+def _aggregator_redactor(svc: Services, attempt: Attempt) -> Redactor:
+    key = svc.settings.overflow_key(attempt.aggregator)
+    return svc.platform_redactors.redactor((key.reveal(),)) if key is not None else NO_SECRETS
+
 async def _capacity_error(svc: Services, state: "CallState", lock: "Lock | None", *, signal: Signal | None = None,
                           refused: str | None = None) -> ProviderCapacity:
     """The 503 the caller gets when overflow could not serve a call treg's own account cannot."""
