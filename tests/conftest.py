@@ -50,9 +50,9 @@ async def env(aiohttp_client, make_app):
 
 
 @pytest.fixture
-async def chromium():
+async def browser():
     """Debian's chromium through Playwright, launched for the test (skipped, with the reason, when there
-    is none): tests/test_oauth_dot.py, test_oauth_dashboard.py, test_oauth_processes.py."""
+    is none): every dashboard test in a real browser."""
     if (why := chromium_browser.skip_reason()) is not None:
         pytest.skip(why)
     async with chromium_browser.chromium() as browser:

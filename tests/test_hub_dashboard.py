@@ -12,11 +12,6 @@ from treg.testing.vendors.hub import hub_pair, leaks
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
 
 
-@pytest.fixture
-async def browser(chromium):
-    return chromium
-
-
 async def _logged_in(browser, pair, token):
     page = await logged_in(browser, f"http://127.0.0.1:{pair.client.port}", token)
     await page.get_by_role("navigation", name="Main").get_by_role("link", name="Hub", exact=True).click()

@@ -14,11 +14,6 @@ pw = pytest.importorskip("playwright.async_api", reason="playwright is not insta
 
 
 @pytest.fixture
-async def browser(chromium):
-    return chromium
-
-
-@pytest.fixture
 def fake(fake_oauth):
     return fake_oauth
 

@@ -21,11 +21,6 @@ pytest.importorskip("oauth2_provider", reason="django-oauth-toolkit is not insta
 
 
 @pytest.fixture
-async def browser(chromium):
-    return chromium
-
-
-@pytest.fixture
 async def dot_gw(make_app, aiohttp_client, tmp_path):
     """A treg whose catalog has DOT as provider ``dot`` (the org's own OAuth app registered), and DOT
     itself, started once treg's callback URL is known; DOT stopped by its PID at the end."""

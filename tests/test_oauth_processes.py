@@ -20,11 +20,6 @@ CALLS = 50
 SKEW_S = 2
 
 
-@pytest.fixture
-async def browser(chromium):
-    return chromium
-
-
 def _env(tmp_path, dsn, settings, plugins, **extra):
     return treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(), TREG_SSRF_ALLOW="127.0.0.0/8",
                     TREG_PLUGINS_DIR=str(plugins), TREG_OAUTH_REFRESH_SKEW_S=str(SKEW_S), **extra)

@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from treg.testing import browser as chromium_browser
 
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
 
@@ -20,14 +19,6 @@ SHOTS = Path(os.environ.get("TREG_UI_SHOTS_DIR", "/tmp/treg-ui-shots"))
 PAGES = ("Overview", "Tools", "Secrets", "Connections", "Members and tokens", "Deny rules", "Activity", "Catalog",
          "Capacity", "Org",
          "Try it")
-
-
-@pytest.fixture
-async def browser():
-    if (why := chromium_browser.skip_reason()) is not None:
-        pytest.skip(why)
-    async with chromium_browser.chromium() as b:
-        yield b
 
 
 @pytest.fixture

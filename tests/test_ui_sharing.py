@@ -14,21 +14,13 @@ from urllib.parse import urlsplit
 import pytest
 
 from treg import public_demo
-from treg.testing import browser as chromium_browser, vendor_gateway
+from treg.testing import vendor_gateway
 from treg.testing.browser import log_in, nav
 from treg.testing.vendors.tables import PLATFORM, crm_provider, vendor_upstream
 
 pw = pytest.importorskip("playwright.async_api", reason="playwright is not installed (pip install playwright)")
 
 SHOTS = Path(os.environ.get("TREG_UI_SHOTS_DIR", "/tmp/treg-ui-shots"))
-
-
-@pytest.fixture
-async def browser():
-    if (why := chromium_browser.skip_reason()) is not None:
-        pytest.skip(why)
-    async with chromium_browser.chromium() as b:
-        yield b
 
 
 @pytest.fixture
