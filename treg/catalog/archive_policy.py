@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Mapping
+from typing import Any, Callable, Iterable, Literal
 from urllib.parse import unquote_plus
 
 from treg.bindings import Binding
+from treg.catalog.descriptors import open_descriptor
 
 CACHE_PRICES = ("full", "repeat", "free")
 SCOPES = ("org", "global")
@@ -55,20 +56,10 @@ def check_row(raw: Any, method: str, price: Any, spooled: bool,
               bad: Callable[[str, str], None]) -> ArchivePolicy | None:
     """The row's ``archive`` field validated (None: absent, or a problem reported through ``bad(field,
     message)``, the catalog loader's collector, so it names the plugin and the row)."""
-    if raw is None:
+    opened = open_descriptor(raw, "archive", "{ttl_s, cache_price?, repeat_price_micro?, scope?}", KEYS, bad)
+    if opened is None:
         return None
-    if not isinstance(raw, Mapping):
-        bad("archive", "must be a dict {ttl_s, cache_price?, repeat_price_micro?, scope?}")
-        return None
-    problems = 0
-
-    def fail(field: str, message: str) -> None:
-        nonlocal problems
-        problems += 1
-        bad(field, message)
-
-    for key in sorted(set(raw) - KEYS):
-        fail(f"archive.{key}", f"unknown archive field; known: {sorted(KEYS)}")
+    raw, fail = opened
     ttl = raw.get("ttl_s")
     if not _is_int(ttl) or not 1 <= ttl <= MAX_TTL_S:
         fail("archive.ttl_s", f"{ttl!r} must be a whole number of seconds, 1 to {MAX_TTL_S}")
@@ -91,7 +82,7 @@ def check_row(raw: Any, method: str, price: Any, spooled: bool,
         fail("archive", f"a {method} is never archived (only {', '.join(METHODS)}: a repeat must reach the vendor)")
     if spooled:
         fail("archive", "a spooled_response answer is never stored (too large to archive)")
-    if problems:
+    if fail.count:
         return None
     return ArchivePolicy(ttl_s=ttl, cache_price=cache_price, repeat_price_micro=repeat or 0, scope=scope)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from treg import jsonpath
+from treg.catalog.descriptors import open_descriptor
 
 KEYS = frozenset({"rows", "columns"})
 COLUMN_KEYS = frozenset({"name", "path"})
@@ -94,20 +95,10 @@ def _path_ok(path: str) -> bool:
 def check_row(raw: Any, bad: Callable[[str, str], None]) -> TableSpec | None:
     """The row's ``table`` field validated (None: absent, or a problem reported through ``bad(field,
     message)``, the catalog loader's collector, so it names the plugin and the row)."""
-    if raw is None:
+    opened = open_descriptor(raw, "table", "{rows, columns?}", KEYS, bad)
+    if opened is None:
         return None
-    if not isinstance(raw, Mapping):
-        bad("table", "must be a dict {rows, columns?}")
-        return None
-    problems = 0
-
-    def fail(field: str, message: str) -> None:
-        nonlocal problems
-        problems += 1
-        bad(field, message)
-
-    for key in sorted(set(raw) - KEYS):
-        fail(f"table.{key}", f"unknown table field; known: {sorted(KEYS)}")
+    raw, fail = opened
     rows = raw.get("rows")
     if not isinstance(rows, str) or not _path_ok(rows):
         fail("table.rows", "must be the dotted path of the answer's array of rows (\"data.items\"; \"\": the "
@@ -139,7 +130,7 @@ def check_row(raw: Any, bad: Callable[[str, str], None]) -> TableSpec | None:
                 fail(f"{where}.path", "must be the dotted path of the value within a row (\"contact.email\")")
                 continue
             columns.append(Column(name, path))
-    if problems:
+    if fail.count:
         return None
     return TableSpec(rows=rows, columns=tuple(columns) if columns is not None else None)  # type: ignore[arg-type]
 
