@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import gzip
 import json
+import random
+import zlib
 from typing import Any, AsyncIterator
 
 import pytest
@@ -195,3 +197,93 @@ async def test_a_spooled_answer_is_scanned_on_disk(make_app, aiohttp_client, ech
             assert (bal.balance_micro, bal.held_micro) == (10**6 - (0 if echo else 100), 0)
         finally:
             await client.close()
+
+
+# -- a free platform endpoint's answer: no hold, so it streams, checked as it streams -------------------
+
+FREE = "/catalog/call/acme.status"  # per_call_micro 0 on treg's key: no hold, the answer streams
+
+
+def _big(*, echo: bool, coding: str | None = None, at: int = 1024 * 1024, size: int = 3 * 1024 * 1024):
+    def answer(ex):
+        got = (ex.header("authorization") or "")[7:]
+        # compressed, random bytes (which stay ~their size) so that the answer streams rather than arriving
+        # whole with its head
+        plain = bytearray(b"x" * size if coding is None else random.Random(7).randbytes(size))
+        if echo:
+            plain[at:at + len(got)] = got.encode()
+        body, headers = bytes(plain), [("Content-Type", "application/octet-stream")]
+        if coding == "gzip":  # (no time in the gzip header: the test makes the same bytes again)
+            body, headers = gzip.compress(body, mtime=0), headers + [("Content-Encoding", "gzip")]
+        return http_response(200, body, headers)
+    return answer
+
+
+async def _read_all(client, token: str, extra: str = "") -> bytes:
+    """The raw answer as a socket reads it until treg closes the connection (a cut one included)."""
+    return await _raw_get(client, FREE, token, extra)
+
+
+@pytest.mark.parametrize("coding", [None, "gzip"])
+async def test_a_free_platform_answer_streams_unchanged_when_clean(aiohttp_client, make_app, coding):
+    async with _platform(aiohttp_client, make_app, _big(echo=False, coding=coding)) as (gw, up):
+        raw = await _read_all(gw.client, gw.org["token"], "Accept-Encoding: gzip\r\n")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and b"X-Treg-Cost-Micro: 0" in head
+        expected = _big(echo=False, coding=coding)(up.exchanges[-1]).partition(b"\r\n\r\n")[2]
+        assert body == expected  # every byte, as it came (compressed stays compressed)
+
+
+@pytest.mark.parametrize("coding", [None, "gzip"])
+async def test_a_free_platform_answer_holding_the_key_is_cut_before_it(aiohttp_client, make_app, coding):
+    async with _platform(aiohttp_client, make_app, _big(echo=True, coding=coding)) as (gw, up):
+        raw = await _read_all(gw.client, gw.org["token"], "Accept-Encoding: gzip\r\n")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        declared = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        assert len(body) < declared  # cut: a truncated answer, never a complete one
+        got = zlib.decompressobj(wbits=31).decompress(body) if coding else body
+        assert KEY.encode()[:4] not in got[1024 * 1024 - 64:] and len(got) < 1024 * 1024  # cut before the key
+        rows = await gw.calls()
+        assert rows[0]["outcome"] == "stream_error"
+
+
+def test_the_streaming_check_lets_nothing_of_a_value_out():
+    """Fed in chunks of every size, the value anywhere (also split over chunks): what was let out before
+    the cut never holds any of it; a clean stream comes out whole."""
+    r = Redactor.for_values([KEY])
+
+    async def run(data: bytes, size: int, applied: list[str]) -> tuple[bytes, bool]:
+        async def chunks():
+            for i in range(0, len(data), size):
+                yield data[i:i + size]
+        out = b""
+        try:
+            async for part in answer_mask.guarded(r, chunks(), applied):
+                out += part
+        except answer_mask.ValueInAnswer:
+            return out, True
+        return out, False
+
+    plain = b"y" * 5000
+    for at in (0, 1, 999, 4990 - len(KEY)):
+        dirty = plain[:at] + KEY.encode() + plain[at:]
+        for size in (1, 7, 64, 1000, 10_000):
+            out, cut = asyncio.run(run(dirty, size, []))
+            assert cut and KEY.encode()[:4] not in out and dirty.startswith(out)
+            packed = gzip.compress(dirty)
+            out, cut = asyncio.run(run(packed, size, ["gzip"]))
+            assert cut and KEY.encode()[:4] not in zlib.decompressobj(wbits=31).decompress(out)
+    for size in (1, 100, 10_000):
+        assert asyncio.run(run(plain, size, [])) == (plain, False)
+        packed = gzip.compress(plain)
+        assert asyncio.run(run(packed, size, ["gzip"])) == (packed, False)
+
+
+async def test_a_free_platform_answer_that_came_whole_is_masked_whole(aiohttp_client, make_app):
+    """A small answer arrives with its head (``whole``): checked whole, masked, its length the new one."""
+    async with _platform(aiohttp_client, make_app, _echo()) as (gw, up):
+        raw = await _read_all(gw.client, gw.org["token"])
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and _leaks(raw) == []
+        assert json.loads(body)["auth"] == "[REDACTED]" and b"X-Echo: [REDACTED]" in head
+        assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)

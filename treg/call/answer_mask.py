@@ -18,6 +18,12 @@ and up to :data:`SCAN_DECODED_MAX`: found clean, it is relayed as it came; holdi
 only be masked by sending gigabytes decoded), past the scan's bound, or in a coding treg cannot decode
 at all (br or zstd without its library), it is refused by the caller's stage (its own error code),
 nothing charged.
+
+A platform-tier answer with no hold to settle (a free endpoint's, often a download) is not read whole:
+it streams through :func:`guarded`, which lets no byte out before the bytes it decodes to, and an
+overlap after them, were checked; a value found cuts the answer there (the caller sees a truncated
+answer, never the value, and the call is audited ``stream_error``). One that arrived whole with its head
+is checked whole (:func:`checked`).
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import zlib
 from dataclasses import dataclass
-from typing import IO, Callable, Iterator
+from typing import IO, AsyncIterator, Callable, Iterator
 
 from treg.call import encodings, metered
+from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
 from treg.redaction import Redactor
 
@@ -158,3 +165,64 @@ def _windows_clean(redactor: Redactor, parts: Iterator[bytes], overlap: int) -> 
             return False
         tail = window[-overlap:] if overlap else b""
     return True
+
+
+class ValueInAnswer(GatewayFailed):
+    """A streamed answer held a value its caller must not read (or one treg could not check): cut where it
+    was found; its head is out by then, so the caller sees a truncated answer (the edge closes the
+    connection), audited as a stream error."""
+
+    def __init__(self) -> None:
+        super().__init__("the upstream's answer held treg's own key (or could not be checked for it) and was "
+                         "cut there; nothing of the key was relayed", code="platform_answer_unreadable",
+                         blame="upstream")
+
+
+def streamable(applied: list[str]) -> bool:
+    """Whether :func:`guarded` can check an answer in these content codings as it streams."""
+    return not applied or (len(applied) == 1 and applied[0] in ("gzip", "x-gzip", "deflate"))
+
+
+async def guarded(redactor: Redactor, body: AsyncIterator[bytes], applied: list[str]) -> AsyncIterator[bytes]:
+    """``body`` relayed as it came, each chunk let out only once what it decodes to and ``overlap``
+    decoded bytes after it (or the end) were checked for ``redactor``'s forms; raises
+    :class:`ValueInAnswer` where one is found (``applied``: one of :func:`streamable`'s codings)."""
+    overlap = 8 * max((len(v) for v in redactor.values), default=0)
+    inflate = None
+    if applied:
+        inflate = zlib.decompressobj(wbits=31 if applied[0] != "deflate" else 15)
+    held: list[tuple[bytes, int]] = []  # chunks not yet let out, with the decoded length they end at
+    tail, decoded = b"", 0
+
+    def check(out: bytes) -> None:
+        nonlocal tail, decoded
+        window = tail + out
+        if redactor.data(window) != window:
+            raise ValueInAnswer
+        decoded += len(out)
+        if decoded > SCAN_DECODED_MAX:
+            raise ValueInAnswer  # past what treg checks: not let out unchecked
+        tail = window[-overlap:] if overlap else b""
+
+    async for chunk in body:
+        if inflate is None:
+            check(chunk)
+        else:
+            pending = chunk
+            try:
+                while pending and not inflate.eof:
+                    check(inflate.decompress(pending, SCAN_STEP))
+                    pending = inflate.unconsumed_tail
+            except zlib.error:
+                raise ValueInAnswer from None  # a stream treg cannot read is one it cannot check
+        held.append((chunk, decoded))
+        while held and held[0][1] + overlap <= decoded:
+            yield held.pop(0)[0]
+    if inflate is not None:
+        try:
+            while not inflate.eof and (out := inflate.decompress(b"", SCAN_STEP)):
+                check(out)
+        except zlib.error:
+            raise ValueInAnswer from None
+    for chunk, _ in held:  # the end: everything was checked
+        yield chunk

@@ -39,7 +39,10 @@ treg's own catalog headers (``CallState.catalog_headers``). A failure here is th
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import replace
+from typing import Any, AsyncIterator
+
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from treg import idempotency
 from treg.call import answer_mask, archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr
@@ -176,6 +179,32 @@ async def _checked(state: CallState, resp: UpstreamResponse, data: bytes, spoole
     return seen.data, seen.headers, seen.reason
 
 
+async def _guarded(state: CallState, resp: UpstreamResponse) -> UpstreamResponse:
+    """A streamed platform-tier answer as its caller may read it: its headers and reason phrase masked, its
+    body checked as it streams (treg/call/answer_mask.py ``guarded``), or checked whole when it came with
+    its head; an answer in a coding treg cannot check as it streams is refused before any byte."""
+    relayed, reason = answer_mask.checked_head(state.redactor, resp, list(resp.headers))
+    if resp.whole is not None:
+        seen = await answer_mask.checked(state.redactor, resp, resp.whole, relayed)
+        if seen is not None:  # its length as masked (a masked body goes out decoded)
+            headers = (*((k, v) for k, v in seen.headers if k.lower() != "content-length"),
+                       ("Content-Length", str(len(seen.data))))
+            return replace(resp, reason=seen.reason, headers=headers, body=_replay(seen.data), whole=seen.data,
+                           index=CIMultiDictProxy(CIMultiDict(headers)))
+    applied = encodings.codings(resp.headers)
+    if resp.whole is not None or not answer_mask.streamable(applied):
+        resp.close()
+        raise GatewayFailed(answer_mask.unreadable("treg's own key"), code="platform_answer_unreadable",
+                            blame="upstream")
+    return replace(resp, reason=reason, headers=tuple(relayed),
+                   body=answer_mask.guarded(state.redactor, resp.body, applied))
+
+
+async def _replay(data: bytes) -> AsyncIterator[bytes]:
+    if data:
+        yield data
+
+
 def _not_the_callers_key(state: CallState) -> bool:
     """The answer was fetched with treg's own vendor key (the platform tier), which no caller may read
     (treg/call/answer_mask.py); an org's own or team key is the org's to see echoed."""
@@ -203,6 +232,8 @@ def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, st
 
 
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse, catalog: bool) -> CallOutcome:
+    if catalog and _not_the_callers_key(state):  # treg's own key: checked as it streams
+        resp = await _guarded(state, resp)
     # the archive, the tier and the breaker see catalog calls only (an own tool's answer skips them)
     body = await archive.read_for_archive(svc, state, resp) if catalog else resp.body  # unless the archive reads it
     err_head: tuple[bytes, bool] | None = None
