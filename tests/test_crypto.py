@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from treg import membership, secrets_store
+from treg import membership, secrets_store, tool_urls
 from treg.errors import ConfigError
 from treg.infra import crypto
 from treg.infra.crypto import DecryptError, SecretBox
@@ -199,6 +199,34 @@ async def test_rotate_key_function_moves_every_blob(client, owner):
         assert row["key_id"] == new_box.key_id and new_box.blob_key_id(bytes(row["blob"])) == new_box.key_id
         assert secrets_store.decrypt_row(SecretBox(new_box.current), row) == f"value-{i}"
     assert await secrets_store.rotate_key(svc, new_box) == 0  # nothing left to move
+
+
+async def test_rotate_key_moves_the_sealed_base_urls_of_tools(client, owner):
+    """A base URL's user-info is sealed under the master key too (treg/tool_urls.py): rotation moves it, so a
+    treg that keeps only the new key still dials the tool with its user:password."""
+    svc = client.app[SERVICES]
+    h = {"X-Treg-Token": owner["token"]}
+    made = []
+    for i in range(3):
+        r = await client.post("/api/v1/tools", json={"name": f"t{i}", "base_url": f"https://u{i}:pw-{i}@api{i}.example/v1",
+                                                     "bindings": []}, headers=h)
+        assert r.status == 201, await r.text()
+        made.append((await r.json())["id"])
+    plain = await client.post("/api/v1/tools", json={"name": "plain", "base_url": "https://api.example/v1",
+                                                     "bindings": []}, headers=h)
+    assert plain.status == 201
+    new_box = SecretBox(crypto.decode_key(crypto.new_key_text()), previous=(svc.box.current,))
+    assert await secrets_store.rotate_key(svc, new_box) == 3  # what `treg secrets rotate-key` runs
+    only_new = SecretBox(new_box.current)
+    async with svc.db.tx() as tx:
+        rows = await tx.fetch_all("SELECT id, org_id, base_url, base_url_sealed FROM tools ORDER BY name")
+    sealed = [r for r in rows if r["base_url_sealed"] is not None]
+    assert [r["id"] for r in sealed] == made and all("pw-" not in r["base_url"] for r in rows)
+    for i, r in enumerate(sealed):
+        assert new_box.blob_key_id(bytes(r["base_url_sealed"])) == new_box.key_id
+        assert only_new.decrypt(r["base_url_sealed"], org_id=r["org_id"],
+                                secret_id="tool-base-url:" + r["id"]).decode() == f"https://u{i}:pw-{i}@api{i}.example/v1"
+    assert await tool_urls.rotate_sealed(svc, new_box) == 0  # nothing left to move
 
 
 def _cli_env(home: Path, dsn: str) -> dict[str, str]:

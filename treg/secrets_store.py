@@ -99,7 +99,9 @@ async def rotate_key(svc: Services, new_box: SecretBox, progress: Callable[[int,
         moved += len(rows)
         if progress:
             progress(moved, total or moved)
-    # the other sealed values under the master key: OAuth apps' client secrets and connections' tokens
+    # the other sealed values under the master key: OAuth apps' client secrets and connections' tokens, and
+    # tools' base URLs that carry user-info
+    from treg import tool_urls
     from treg.oauth.rotation import rotate_blobs
 
-    return moved + await rotate_blobs(svc, new_box)
+    return moved + await rotate_blobs(svc, new_box) + await tool_urls.rotate_sealed(svc, new_box)

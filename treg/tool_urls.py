@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from treg.context import Services
 from treg.errors import GatewayFailed
-from treg.infra.crypto import DecryptError
+from treg.infra.crypto import DecryptError, SecretBox
 from treg.redaction import MASK, mask_userinfo
 
 
@@ -70,6 +70,32 @@ async def seal_legacy(svc: Services) -> int:
                              .values(base_url=stored, base_url_sealed=sealed))
         done += 1
     return done
+
+
+async def rotate_sealed(svc: Services, new_box: SecretBox) -> int:
+    """``treg secrets rotate-key``: every sealed base URL not under ``new_box``'s key sealed again under it,
+    in batches, rows locked while they move; how many moved. (The relay reads the URL from the org's
+    cached tools, unsealed at load: nothing it holds changes, so no cache is told.)"""
+    from sqlalchemy import func, select, update
+
+    from treg.infra.schema import tools
+
+    moved = 0
+    current = new_box.key_id.encode()
+    while True:
+        async with svc.db.tx() as tx:
+            # the blob's key id is its bytes 3.. (treg/infra/crypto.py): only blobs under another key
+            rows = await tx.fetch_all(select(tools.c.id, tools.c.org_id, tools.c.base_url_sealed)
+                                      .where(tools.c.base_url_sealed.isnot(None),
+                                             func.substring(tools.c.base_url_sealed, 3, len(current)) != current)
+                                      .limit(200).with_for_update(skip_locked=True))
+            for r in rows:
+                aad = {"org_id": r["org_id"], "secret_id": _aad_id(r["id"])}
+                sealed = new_box.encrypt(new_box.decrypt(r["base_url_sealed"], **aad), **aad)
+                await tx.execute(update(tools).where(tools.c.id == r["id"]).values(base_url_sealed=sealed))
+        moved += len(rows)
+        if not rows:
+            return moved
 
 
 async def setup(app: object, svc: Services) -> None:
