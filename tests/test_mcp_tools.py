@@ -236,3 +236,14 @@ async def test_a_redirect_result_names_the_treg_location_to_follow(gateway):
     sc = result["structuredContent"]
     assert result["isError"] is False and sc["status"] == 302
     assert sc["location"].startswith("/redirect/")  # rewritten by the pipeline: never the upstream's URL
+
+
+async def test_the_list_never_shows_a_base_urls_user_info(gateway, up):
+    """A base URL's ``user:password@`` is a credential (treg/tool_urls.py): the tool's description and its
+    path's schema show the URL masked, as every listing does."""
+    host = up.url.split("://", 1)[1]
+    await gateway.tool("basic", f"http://svc-user:pw-Zq81x@{host}/v1")
+    status, listing = await Mcp(gateway).modern("tools/list")
+    [tool] = [t for t in listing["result"]["tools"] if t["title"] == "basic"]
+    text = json.dumps(tool)
+    assert "pw-Zq81x" not in text and "svc-user" not in text and "[REDACTED]@" in text

@@ -287,3 +287,27 @@ async def test_a_free_platform_answer_that_came_whole_is_masked_whole(aiohttp_cl
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and _leaks(raw) == []
         assert json.loads(body)["auth"] == "[REDACTED]" and b"X-Echo: [REDACTED]" in head
         assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)
+
+
+def test_both_deflate_formats_are_scanned():
+    """``deflate`` is the zlib format (RFC 9110), or the raw stream some servers send: both are read as they
+    stream and as a whole, like gzip, clean or not."""
+    r = Redactor.for_values([KEY])
+    plain = b"z" * 300_000
+
+    def raw_deflate(data: bytes) -> bytes:
+        c = zlib.compressobj(wbits=-15)
+        return c.compress(data) + c.flush()
+
+    async def through(data: bytes) -> bytes:
+        async def chunks():
+            for i in range(0, len(data), 333):
+                yield data[i:i + 333]
+        return b"".join([part async for part in answer_mask.guarded(r, chunks(), ["deflate"])])
+
+    for pack in (zlib.compress, raw_deflate):
+        assert answer_mask.clean_in_steps(r, pack(plain), ["deflate"]) is True
+        assert answer_mask.clean_in_steps(r, pack(plain + KEY.encode()), ["deflate"]) is False
+        assert asyncio.run(through(pack(plain))) == pack(plain)
+        with pytest.raises(answer_mask.ValueInAnswer):
+            asyncio.run(through(pack(plain + KEY.encode())))

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from dataclasses import dataclass
-from typing import IO, AsyncIterator, Callable, Iterator
+from typing import IO, Any, AsyncIterator, Iterator
 
 from treg.call import encodings, metered
 from treg.errors import GatewayFailed
@@ -97,7 +97,7 @@ def clean_in_steps(redactor: Redactor, data: bytes, applied: list[str]) -> bool:
     """Whether ``data`` in one gzip or deflate coding inflates, within :data:`SCAN_DECODED_MAX`, to bytes
     holding none of ``redactor``'s forms (scanned step by step, never whole). False: it holds one, it is
     larger, malformed or truncated, or its coding is another."""
-    return _clean(redactor, lambda: iter((data,)), applied)
+    return _clean(redactor, iter((data,)), applied)
 
 
 def clean_spool(redactor: Redactor, file: IO[bytes], applied: list[str]) -> bool:
@@ -107,64 +107,19 @@ def clean_spool(redactor: Redactor, file: IO[bytes], applied: list[str]) -> bool
         file.seek(0)
         while chunk := file.read(SCAN_STEP):
             yield chunk
-    return _clean(redactor, chunks, applied)
+    return _clean(redactor, chunks(), applied)
 
 
-def _clean(redactor: Redactor, chunks: Callable[[], Iterator[bytes]], applied: list[str]) -> bool:
-    # the longest masked form of a value: its JSON \\uXXXX escapes, six bytes a character (and more than
-    # any base64, hex or percent form); a window keeps that much of the step before it
-    overlap = 8 * max((len(v) for v in redactor.values), default=0)
-    if not applied:
-        return _windows_clean(redactor, chunks(), overlap)
-    if len(applied) != 1 or applied[0] not in ("gzip", "x-gzip", "deflate"):
+def _clean(redactor: Redactor, chunks: Iterator[bytes], applied: list[str]) -> bool:
+    if not streamable(applied):
         return False
-    for wbits in ((31,) if applied[0] != "deflate" else (15, -15)):
-        try:
-            return _windows_clean(redactor, _inflated(chunks(), wbits), overlap)
-        except zlib.error:
-            continue
-        except _Truncated:
-            return False
-    return False
-
-
-class _Truncated(Exception):
-    """The stream ended before its coding's end, or inflated past :data:`SCAN_DECODED_MAX`."""
-
-
-def _inflated(chunks: Iterator[bytes], wbits: int) -> Iterator[bytes]:
-    d = zlib.decompressobj(wbits=wbits)
-    total = 0
-    for chunk in chunks:
-        pending = chunk
-        while pending and not d.eof:
-            out = d.decompress(pending, SCAN_STEP)
-            pending = d.unconsumed_tail
-            total += len(out)
-            if total > SCAN_DECODED_MAX:
-                raise _Truncated
-            yield out
-        while not d.eof:  # the input is in; output zlib held back at the step's limit comes now
-            out = d.decompress(b"", SCAN_STEP)
-            if not out:
-                break
-            total += len(out)
-            if total > SCAN_DECODED_MAX:
-                raise _Truncated
-            yield out
-        if d.eof:
-            return
-    raise _Truncated
-
-
-def _windows_clean(redactor: Redactor, parts: Iterator[bytes], overlap: int) -> bool:
-    tail = b""
-    for part in parts:
-        window = tail + part
-        if redactor.data(window) != window:
-            return False
-        tail = window[-overlap:] if overlap else b""
-    return True
+    scan = _Scanner(redactor, applied)
+    try:
+        for chunk in chunks:
+            scan.feed(chunk)
+    except ValueInAnswer:
+        return False
+    return scan.complete
 
 
 class ValueInAnswer(GatewayFailed):
@@ -178,51 +133,77 @@ class ValueInAnswer(GatewayFailed):
                          blame="upstream")
 
 
+class _Scanner:
+    """An answer's decoded bytes checked as its pieces (as relayed) are fed in: :meth:`feed` raises
+    :class:`ValueInAnswer` at a value, at bytes its coding cannot be read from, or past
+    :data:`SCAN_DECODED_MAX`; ``decoded`` is how much was checked so far. Each window checked keeps the
+    end of the one before it: more than the longest masked form of a value (its JSON ``\\uXXXX``
+    escapes, six bytes a character; every base64, hex or percent form is shorter)."""
+
+    def __init__(self, redactor: Redactor, applied: list[str]) -> None:
+        self._redactor = redactor
+        self.overlap = 8 * max((len(v) for v in redactor.values), default=0)
+        self._coding = applied[0] if applied else None
+        self._inflate: Any = None
+        self._tail = b""
+        self.decoded = 0
+
+    @property
+    def complete(self) -> bool:
+        """The answer's coding reached its end (an identity answer: always)."""
+        return self._coding is None or (self._inflate is not None and self._inflate.eof)
+
+    def feed(self, chunk: bytes) -> None:
+        if self._coding is None:
+            self._check(chunk)
+            return
+        if self._inflate is None:
+            self._inflate = zlib.decompressobj(wbits=_wbits(self._coding, chunk))
+        d = self._inflate
+        try:
+            pending = chunk
+            while pending and not d.eof:
+                self._check(d.decompress(pending, SCAN_STEP))
+                pending = d.unconsumed_tail
+            # the input is in; what zlib held back at a step's limit comes now, so ``decoded`` counts
+            # everything this chunk decodes to
+            while not d.eof and (out := d.decompress(b"", SCAN_STEP)):
+                self._check(out)
+        except zlib.error:
+            raise ValueInAnswer from None  # a stream treg cannot read is one it cannot check
+
+    def _check(self, out: bytes) -> None:
+        window = self._tail + out
+        self.decoded += len(out)
+        if self.decoded > SCAN_DECODED_MAX or self._redactor.data(window) != window:
+            raise ValueInAnswer
+        self._tail = window[-self.overlap:] if self.overlap else b""
+
+
+def _wbits(coding: str, first: bytes) -> int:
+    """zlib's window bits for the coding: gzip's header; for ``deflate`` the zlib format RFC 9110 names, or
+    the raw deflate stream some servers send instead (told by the zlib header's check bits)."""
+    if coding != "deflate":
+        return 31
+    zlib_header = len(first) >= 2 and first[0] & 0x0F == 8 and ((first[0] << 8) | first[1]) % 31 == 0
+    return 15 if zlib_header else -15
+
+
 def streamable(applied: list[str]) -> bool:
     """Whether :func:`guarded` can check an answer in these content codings as it streams."""
     return not applied or (len(applied) == 1 and applied[0] in ("gzip", "x-gzip", "deflate"))
 
 
 async def guarded(redactor: Redactor, body: AsyncIterator[bytes], applied: list[str]) -> AsyncIterator[bytes]:
-    """``body`` relayed as it came, each chunk let out only once what it decodes to and ``overlap``
+    """``body`` relayed as it came, each chunk let out only once what it decodes to and an overlap of
     decoded bytes after it (or the end) were checked for ``redactor``'s forms; raises
     :class:`ValueInAnswer` where one is found (``applied``: one of :func:`streamable`'s codings)."""
-    overlap = 8 * max((len(v) for v in redactor.values), default=0)
-    inflate = None
-    if applied:
-        inflate = zlib.decompressobj(wbits=31 if applied[0] != "deflate" else 15)
+    scan = _Scanner(redactor, applied)
     held: list[tuple[bytes, int]] = []  # chunks not yet let out, with the decoded length they end at
-    tail, decoded = b"", 0
-
-    def check(out: bytes) -> None:
-        nonlocal tail, decoded
-        window = tail + out
-        if redactor.data(window) != window:
-            raise ValueInAnswer
-        decoded += len(out)
-        if decoded > SCAN_DECODED_MAX:
-            raise ValueInAnswer  # past what treg checks: not let out unchecked
-        tail = window[-overlap:] if overlap else b""
-
     async for chunk in body:
-        if inflate is None:
-            check(chunk)
-        else:
-            pending = chunk
-            try:
-                while pending and not inflate.eof:
-                    check(inflate.decompress(pending, SCAN_STEP))
-                    pending = inflate.unconsumed_tail
-            except zlib.error:
-                raise ValueInAnswer from None  # a stream treg cannot read is one it cannot check
-        held.append((chunk, decoded))
-        while held and held[0][1] + overlap <= decoded:
+        scan.feed(chunk)
+        held.append((chunk, scan.decoded))
+        while held and held[0][1] + scan.overlap <= scan.decoded:
             yield held.pop(0)[0]
-    if inflate is not None:
-        try:
-            while not inflate.eof and (out := inflate.decompress(b"", SCAN_STEP)):
-                check(out)
-        except zlib.error:
-            raise ValueInAnswer from None
     for chunk, _ in held:  # the end: everything was checked
         yield chunk

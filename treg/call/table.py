@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from treg.call import encodings, metered
+from treg.call.bodies import read_bounded
 from treg.call.record import audit, finish_once
 from treg.call.state import CallOutcome, CallState
 from treg.call.types import CallInput
@@ -115,14 +116,9 @@ def _spec(state: CallState) -> tables.TableSpec | None:
 async def _whole(outcome: CallOutcome) -> bytes:
     if outcome.whole is not None:
         return outcome.whole
-    parts, size = [], 0
-    async for chunk in outcome.body:
-        size += len(chunk)
-        if size > metered.BUFFER_MAX:
-            raise GatewayFailed(f"the answer is larger than {metered.BUFFER_MAX} bytes, the most /table/ reads",
-                                code="response_buffer_limit", blame="treg")
-        parts.append(chunk)
-    return b"".join(parts)
+    return await read_bounded(outcome.body, metered.BUFFER_MAX, lambda: GatewayFailed(
+        f"the answer is larger than {metered.BUFFER_MAX} bytes, the most /table/ reads",
+        code="response_buffer_limit", blame="treg"))
 
 
 def _make(svc: Services, state: CallState, data: bytes, headers: list[tuple[str, str]]) -> tables.Table | None:

@@ -27,6 +27,7 @@ from treg.http_grammar import TOKEN
 from treg.identity import Credential, Identity
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
 from treg.org_data import ToolRef
+from treg.redaction import MASK, mask_userinfo
 
 CATALOG_SEARCH = "catalog_search"
 CATALOG_CALL = "catalog_call"
@@ -141,14 +142,16 @@ def hub_tool(name: str, hub: HubTool) -> dict[str, Any]:
 
 
 def own_tool(name: str, tool: ToolRef) -> dict[str, Any]:
+    # the base URL as listings show it: its user-info (``user:password@``) is a credential (treg/tool_urls.py)
+    base_url = mask_userinfo(tool.base_url, MASK)
     return {
         "name": name,
         "title": tool.name,
         "description": (
-            f"An HTTP request to the org's tool {tool.name!r} ({tool.base_url}); treg adds the tool's "
+            f"An HTTP request to the org's tool {tool.name!r} ({base_url}); treg adds the tool's "
             "credentials, so send none. Answers the upstream's status and body. Path and query are appended "
             "to the base URL."),
-        "inputSchema": _request_schema(f"path after the base URL, e.g. /items/7 (relayed to {tool.base_url}"
+        "inputSchema": _request_schema(f"path after the base URL, e.g. /items/7 (relayed to {base_url}"
                                        "/items/7); empty: the base URL itself"),
         "annotations": {"title": tool.name, "openWorldHint": True},
     }
