@@ -269,3 +269,25 @@ async def test_killed_between_the_answer_and_its_close_the_reaper_closes_the_hol
         assert await reaper.reap_orphans(svc, older_than_s=0) == 0
     finally:
         await svc.db.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True], ids=["negative", "float", "bool"])
+async def test_a_bad_close_fails_its_own_caller_and_the_settler_goes_on(platform, bad):
+    """A close the statement cannot write (a programming error upstream of the settler) is refused in its
+    caller: it never reaches a batch, where it would take other calls' closes and the settler's loop down."""
+    import datetime
+
+    from treg.hold import SETTLED, Close, Hold
+
+    gw, _ = platform
+    svc = gw.services
+    assert (await gw.call("GET", PATH)).status == 200
+    hold = Hold(call_id="call_bad", org_id=gw.org["org_id"], member_id=None, tag=None, amount_micro=PRICE,
+                day=datetime.date.today(),
+                expires_at=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
+    with pytest.raises(ValueError):
+        await svc.settler.close(hold, Close("call_bad", SETTLED, bad))
+    r = await gw.call("GET", PATH)  # the settler still writes the next call's close
+    assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == 2 * PRICE

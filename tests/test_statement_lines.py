@@ -106,3 +106,23 @@ async def test_the_adapter_maps_a_line_s_errors(dsn):
         assert await db.run("SELECT pg_backend_pid()", {}) == [(pid,)]
     finally:
         await db.close()
+
+
+async def test_a_line_handed_to_a_waiter_that_is_cancelled_in_the_same_turn_is_passed_on(dsn):
+    """The race of a hand-over and a waiter's end (its timeout, a cancellation) in one loop turn: the line
+    it was handed goes to the next waiter (or back to the free lines), never lost to every statement
+    after."""
+    lines = Lines(dsn, size=1, timeout=5)
+    try:
+        line = await lines.acquire()
+        first = asyncio.ensure_future(lines.acquire())
+        second = asyncio.ensure_future(lines.acquire())
+        await asyncio.sleep(0.05)  # both wait
+        lines.release(line, ok=True)  # handed to the first waiter ...
+        first.cancel()  # ... which ends in the same turn, before it ran
+        got = await asyncio.wait_for(second, 2)  # the second gets it, not a 5 s wait and DbPoolExhausted
+        assert got is line and first.cancelled()
+        lines.release(got, ok=True)
+        assert lines.size == (0, 1)  # one line, idle: none lost, none counted twice
+    finally:
+        lines.close()

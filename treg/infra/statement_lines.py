@@ -162,11 +162,17 @@ class Lines:
         try:
             async with asyncio.timeout(self._timeout):
                 got = await fut
-        except TimeoutError as exc:
-            raise DbPoolExhausted("no database connection available (all in use or server down)") from exc
-        except BaseException:
-            if fut.done() and not fut.cancelled() and fut.result() is not None:
-                self.release(fut.result(), ok=True)  # handed over as we were cancelled: pass it on
+        except BaseException as exc:
+            # handed over in the same turn the timeout or a cancellation came: pass it on (a line to the
+            # next waiter, or the right to open one), or it is lost to every statement after
+            if fut.done() and not fut.cancelled():
+                handed = fut.result()
+                if handed is not None:
+                    self.release(handed, ok=True)
+                else:  # its place was freed already (``release`` counted it): the next waiter may open it
+                    self._wake_one(None)
+            if isinstance(exc, TimeoutError):
+                raise DbPoolExhausted("no database connection available (all in use or server down)") from exc
             raise
         finally:
             with contextlib.suppress(ValueError):

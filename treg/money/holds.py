@@ -86,6 +86,16 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
                 expires_at=expires_at)
 
 
+def checked_close(c: Close) -> Close:
+    """``c`` when it is a close the statement can write (settled with a non-negative int amount, or
+    released); a programming error raises here, in the caller, not in a batch of other calls' closes."""
+    if c.state not in (SETTLED, RELEASED):
+        raise ValueError(f"a hold closes settled or released, not {c.state!r}")
+    if c.state == SETTLED:
+        check_amount(c.observed_micro, "observed_micro")
+    return c
+
+
 def _close_params(closes: Sequence[Close]) -> dict[str, Any]:
     for c in closes:
         assert c.state in (SETTLED, RELEASED), c.state

@@ -85,7 +85,9 @@ class Settler:
     async def close(self, hold: Hold, close: Close) -> bool:
         """Queue the close (True: it will be written; the charge is ``hold.charge_for``), or close at once
         when the hold's lease is nearly over or the settler stopped (the answer of that close)."""
-        if self._stopping or self._task is None or hold.expires_at.timestamp() - time.time() < self._margin_s:
+        holds.checked_close(close)  # a bad close fails its own call here, never a batch of others'
+        if (self._stopping or self._task is None or self._task.done()
+                or hold.expires_at.timestamp() - time.time() < self._margin_s):
             return bool(await holds.close_on(self._db, [close]))
         self._queue.append(close)
         self._idle.clear()
@@ -102,10 +104,17 @@ class Settler:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._queue:
-                batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
-                await self._write(batch)
-            self._idle.set()
+            try:
+                while self._queue:
+                    batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
+                    try:
+                        await self._write(batch)
+                    except Exception:  # noqa: BLE001 - the loop must outlive any batch: the reaper has these
+                        self.left_to_reaper += len(batch)
+                        log.exception("settler: %d hold close(s) failed unexpectedly; the reaper releases them "
+                                      "when their lease ends", len(batch))
+            finally:
+                self._idle.set()  # a drain never waits on a batch that is gone
             if self._stopping:
                 return
 
