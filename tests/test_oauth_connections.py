@@ -507,6 +507,30 @@ async def test_rotate_key_moves_the_client_secret_and_the_tokens(gw, fake):
     assert (await gw.call("GET", "/catalog/call/oauthy.me")).status == 200
 
 
+async def test_rotate_key_moves_the_verifier_of_a_consent_in_flight(gw, fake):
+    """A consent a person has started but not finished holds only its PKCE verifier (no tokens yet): rotation
+    moves it too, so the callback still reads it once the old key is gone."""
+    from treg import secrets_store
+    from treg.infra import crypto
+    from treg.infra.crypto import SecretBox
+
+    await register_app(gw)
+    pending = await gw.api("POST", "/api/v1/connections", json={"provider": "oauthy"}, expect=201)
+    svc = gw.services
+    aad = {"org_id": gw.org["org_id"], "secret_id": f"oauth-verifier:{pending['id']}"}
+    async with svc.db.tx() as tx:  # the consent button was pressed: the verifier is sealed, no tokens yet
+        await tx.execute("UPDATE oauth_connections SET verifier_blob = %(b)s WHERE id = %(id)s",
+                         {"b": svc.box.encrypt(b"verifier-in-flight", **aad), "id": pending["id"]})
+    new_box = SecretBox(crypto.decode_key(crypto.new_key_text()), previous=(svc.box.current,))
+    assert await secrets_store.rotate_key(svc, new_box) == 2  # the app's secret, the verifier
+    assert await secrets_store.rotate_key(svc, new_box) == 0
+    async with svc.db.tx() as tx:
+        row = await tx.fetch_one("SELECT tokens_blob, verifier_blob FROM oauth_connections WHERE id = %(id)s",
+                                 {"id": pending["id"]})
+    assert row["tokens_blob"] is None
+    assert SecretBox(new_box.current).decrypt(row["verifier_blob"], **aad) == b"verifier-in-flight"
+
+
 async def test_a_lease_left_by_a_dead_process_is_taken_over_once_it_expires(make_app, aiohttp_client, fake):
     async with oauth_gateway(aiohttp_client, make_app, provider_row(fake.url), oauth_refresh_lease_s=2.0) as gw:
         await _dead_lease_taken_over(gw, fake)

@@ -7,7 +7,7 @@ publisher and ``max_runs`` of one tool, across every process). A hub call is aud
 call id, once in each org, so the calls table's key becomes (id, org_id) (docs/sharing.md "Hub").
 
 Revision ID: 0019
-Revises: 0016
+Revises: 0018
 """
 from alembic import op
 import sqlalchemy as sa

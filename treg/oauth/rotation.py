@@ -4,7 +4,9 @@ move (a refresh writing the same row waits for its batch)."""
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select, update
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
 
 from treg.context import Services
 from treg.infra.crypto import SecretBox
@@ -31,17 +33,25 @@ async def rotate_blobs(svc: Services, new_box: SecretBox) -> int:
         moved += len(rows)
         if not rows:
             break
+    current = new_box.key_id.encode()
+
+    def elsewhere(blob: Any) -> Any:
+        # under another key: the blob's key id is its bytes 3.. (treg/infra/crypto.py); a consent in flight
+        # has only its PKCE verifier, a connection its tokens (and maybe a verifier of a new consent)
+        return and_(blob.isnot(None), func.substring(blob, 3, len(current)) != current)
+
     while True:
         async with svc.db.tx() as tx:
             rows = await tx.fetch_all(select(conns.c.id, conns.c.org_id, conns.c.tokens_blob, conns.c.verifier_blob)
-                                      .where(conns.c.tokens_blob.isnot(None),
-                                             or_(conns.c.key_id.is_(None), conns.c.key_id != new_box.key_id))
+                                      .where(or_(elsewhere(conns.c.tokens_blob), elsewhere(conns.c.verifier_blob)))
                                       .limit(BATCH).with_for_update(skip_locked=True))
             for r in rows:
-                values = {"key_id": new_box.key_id}
-                aad = {"org_id": r["org_id"], "secret_id": f"oauth-connection:{r['id']}"}
-                values["tokens_blob"] = new_box.encrypt(new_box.decrypt(r["tokens_blob"], **aad), **aad)
-                if r["verifier_blob"] is not None:
+                values: dict[str, Any] = {}
+                if r["tokens_blob"] is not None and new_box.blob_key_id(bytes(r["tokens_blob"])) != new_box.key_id:
+                    aad = {"org_id": r["org_id"], "secret_id": f"oauth-connection:{r['id']}"}
+                    values["tokens_blob"] = new_box.encrypt(new_box.decrypt(r["tokens_blob"], **aad), **aad)
+                    values["key_id"] = new_box.key_id
+                if r["verifier_blob"] is not None and new_box.blob_key_id(bytes(r["verifier_blob"])) != new_box.key_id:
                     vaad = {"org_id": r["org_id"], "secret_id": f"oauth-verifier:{r['id']}"}
                     values["verifier_blob"] = new_box.encrypt(new_box.decrypt(r["verifier_blob"], **vaad), **vaad)
                 await tx.execute(update(conns).where(conns.c.id == r["id"]).values(**values))
