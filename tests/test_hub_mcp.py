@@ -71,3 +71,15 @@ async def test_the_publishers_own_tool_is_listed_once_and_a_busy_hub_tool_is_an_
         assert result.is_error is True and result.structured_content["error"] == "hub_busy"
         assert result.structured_content["limit"] == 1 and pair.upstream.exchanges == []
 
+
+
+async def test_a_ref_the_callers_own_tool_shadows_is_not_listed(aiohttp_client, make_app):
+    """A tool of the caller's org named like the ref wins ``/call/<ref>`` (resolution's order), so MCP does
+    not list the hub tool under another name that would run the org's own tool instead."""
+    async with hub_pair(aiohttp_client, make_app, echo_answer(200), price=PRICE) as pair:
+        await pair.caller.tool("pub.search", pair.upstream.url + "/own")  # the caller's own, same name
+        http, client = sdk(pair, pair.caller_member["token"], "auto")
+        async with http, client as c:
+            listed = await c.list_tools()
+        assert [t.name for t in listed.tools] == ["pub.search", "catalog_search", "catalog_call"]
+        assert "treg/hub_ref" not in (listed.tools[0].meta or {})  # the one listed is the org's own

@@ -93,10 +93,15 @@ class PipelineBackend:
         return mcp_names([t for t in await org_tools(self.svc, self.ident.org_id) if usable(self.ident, t)])
 
     async def _hubs(self, named: list[tuple[str, Any]]) -> list[tuple[str, HubTool]]:
-        """Other orgs' published tools (the org's own are listed as its own tools already)."""
+        """Other orgs' published tools (the org's own are listed as its own tools already). A ref the
+        pipeline resolves to something else first (a tool of the caller's org of that name, usable or not,
+        or a catalog id: resolution's order, treg/call/resolve.py) is not listed: calling it would not reach
+        the hub tool."""
         if self.catalog_only:
             return []
-        others = [h for h in (await hub_store.index(self.svc)).values() if h.org_id != self.ident.org_id]
+        own = (await org_tools(self.svc, self.ident.org_id)).by_name
+        others = [h for h in (await hub_store.index(self.svc)).values()
+                  if h.org_id != self.ident.org_id and h.ref not in own and h.ref not in self.svc.catalog.endpoints]
         return hub_names(others, [n for n, _ in named])
 
     def param_headers(self, name: str) -> dict[str, str]:

@@ -167,3 +167,16 @@ def cookie_kwargs(request: web.Request, max_age: int | None, *, path: str = "/")
     settings = request.app[SETTINGS]
     return {"httponly": True, "samesite": "Strict", "secure": served_over_https(request, settings),
             "path": path_prefix(settings) + path, "max_age": max_age}
+
+
+def form_int(text: str) -> Any:
+    """A form field meant as a whole number: the int, None when blank, else the text as typed, for the
+    domain check to refuse with its code under its field (never a 500: a number longer than Python
+    converts is text too)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text

@@ -5,14 +5,12 @@ unpublishes its own. The same functions as ``/api/v1/hub/tools``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from treg import tools
 from treg.errors import TregError
 from treg.hub import store
-from treg.web.dashboard.base import Page, field_error, page, see_other
+from treg.web.dashboard.base import Page, field_error, form_int, page, see_other
 
 routes = web.RouteTableDef()
 
@@ -29,16 +27,6 @@ async def _hub_page(p: Page, *, status: int = 200, errors: dict[str, str] | None
                     errors=errors or {})
 
 
-def _int_or_none(text: str) -> Any:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return text  # refused by the domain check, with its code, under its field
-
-
 @routes.get("/ui/hub")
 @page
 async def hub_list(p: Page) -> web.StreamResponse:
@@ -50,8 +38,8 @@ async def hub_list(p: Page) -> web.StreamResponse:
 async def hub_publish(p: Page) -> web.StreamResponse:
     body = {"tool_id": p.form.get("tool_id", ""), "name": p.form.get("name", "").strip(),
             "description": p.form.get("description", ""),
-            "price_micro": _int_or_none(p.form.get("price_micro", "")) or 0,
-            "max_runs": _int_or_none(p.form.get("max_runs", ""))}
+            "price_micro": form_int(p.form.get("price_micro", "")) or 0,
+            "max_runs": form_int(p.form.get("max_runs", ""))}
     try:
         created = await store.publish(p.svc, p.ident, body)
     except TregError as exc:

@@ -19,7 +19,7 @@ from treg.keys import SERVICES, SETTINGS
 from treg.origin import own_origins, sent_from
 from treg.ui_sessions import COOKIE
 from treg.web.dashboard.base import (NAV, Page, cookie_kwargs, current_session, error_page, field_error, finish,
-                                     page, read_form, see_other)
+                                     form_int, page, read_form, see_other)
 
 routes = web.RouteTableDef()
 
@@ -333,11 +333,9 @@ async def members_add(p: Page) -> web.StreamResponse:
 async def members_limits(p: Page) -> web.StreamResponse:
     """A member's call cap (blank: none), through the same function as PUT /api/v1/members/{id}/limits."""
     member_id = p.request.match_info["member_id"]
-    raw = p.form.get("calls_per_day", "").strip()
     try:
-        if raw and not (raw.isascii() and raw.isdigit()):
-            raise BadRequest("calls a day must be a whole number (blank: no cap)", code="invalid_limit")
-        out = await member_limits.set_limits(p.svc, p.ident, member_id, {"calls_per_day": int(raw) if raw else None})
+        out = await member_limits.set_limits(p.svc, p.ident, member_id,
+                                             {"calls_per_day": form_int(p.form.get("calls_per_day", ""))})
     except TregError as exc:
         # under the member's own row of the form (only the code decides where a message is printed)
         errors = field_error(exc, {f"calls_per_day-{member_id}": ("invalid_limit", "forbidden_role")})
