@@ -41,9 +41,7 @@ from typing import Callable, Iterable
 from urllib.parse import quote, urlsplit
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from treg import uri_grammar
 from treg.call.target import parse_rest
@@ -52,6 +50,7 @@ from treg.context import Services
 from treg.errors import NotFound
 from treg.frozen import frozen_value
 from treg.identity import Identity
+from treg.infra import form_tokens
 from treg.org_data import ToolRef
 from treg.origin import path_prefix
 from treg.query import split_query
@@ -84,8 +83,9 @@ class RedirectGrant:
 
 
 def _cipher(master: bytes) -> AESGCM:
-    # a key of its own: a redirect value never opens as a secret blob, nor a secret blob as one
-    return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(master))
+    # a key of its own (derived once per process, treg/infra/form_tokens.py): a redirect value never opens
+    # as a secret blob, nor a secret blob as one
+    return AESGCM(form_tokens.purpose_key(master, _INFO))
 
 
 def seal(svc: Services, grant: RedirectGrant) -> str:
