@@ -173,8 +173,11 @@ def money(dsn: str, org_id: str) -> dict[str, Any]:
 
     out = {
         "holds_open": one("SELECT count(*) FROM holds WHERE org_id = %s AND state = 'held'"),
-        "holds_settled": one("SELECT count(*) FROM holds WHERE org_id = %s AND state = 'settled'"),
-        "holds_released": one("SELECT count(*) FROM holds WHERE org_id = %s AND state = 'released'"),
+        "holds_settled": one("SELECT count(*) FROM holds WHERE org_id = %s AND state = 'settled' AND NOT lease"),
+        "holds_released": one("SELECT count(*) FROM holds WHERE org_id = %s AND state = 'released' AND NOT lease"),
+        # credit leases (docs/money.md): each released when its process was done with it, never charged
+        "leases": one("SELECT count(*) FROM holds WHERE org_id = %s AND lease"),
+        "leases_charged_micro": one("SELECT coalesce(sum(settled_micro), 0) FROM holds WHERE org_id = %s AND lease"),
         "settled_holds_micro": one("SELECT coalesce(sum(settled_micro), 0) FROM holds WHERE org_id = %s"),
         "balance_settled_micro": one("SELECT settled_micro FROM org_balances WHERE org_id = %s"),
         "balance_held_micro": one("SELECT held_micro FROM org_balances WHERE org_id = %s"),
@@ -182,6 +185,7 @@ def money(dsn: str, org_id: str) -> dict[str, Any]:
                                        "AND outcome = 'ok'"),
     }
     out["ok"] = (out["holds_open"] == 0 and out["balance_held_micro"] == 0 and out["holds_released"] == 0
+                 and out["leases_charged_micro"] == 0
                  and out["settled_holds_micro"] == out["balance_settled_micro"]
                  == (out["holds_settled"] or 0) * PRICE_MICRO
                  and out["platform_calls_recorded"] == out["holds_settled"])

@@ -386,7 +386,8 @@ def render(result: dict[str, Any]) -> str:
             lines.append(f"{key}: {value}")
         m = pf["money"]
         lines.append(f"money: {m['holds_settled']} holds settled ({m['settled_holds_micro']} µUSD, the balance says "
-                     f"{m['balance_settled_micro']}), {m['holds_open']} open, {m['holds_released']} released")
+                     f"{m['balance_settled_micro']}), {m['holds_open']} open, {m['holds_released']} released; "
+                     f"{m['leases']} credit leases, charged {m['leases_charged_micro']}")
     a = result.get("archive")
     if a:
         lines.append("")

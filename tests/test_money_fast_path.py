@@ -224,7 +224,12 @@ async def test_killed_between_the_answer_and_its_close_the_reaper_closes_the_hol
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
                 api = Api(session, first.base)
-                await api.req("GET", "/catalog/call/acme.items.get?item_id=warm", org["token"], 200)
+                _, _, warm = await api.req("GET", "/catalog/call/acme.items.get?item_id=warm", org["token"], 200)
+
+                async def warm_closed() -> bool:  # the settler gathers closes for a moment before it writes
+                    return await asyncio.to_thread(_sql, dsn, "SELECT state FROM holds WHERE id = %s",
+                                                   warm["X-Treg-Call-Id"]) == [("settled",)]
+                await within(10, warm_closed)
                 await asyncio.to_thread(_fault, dsn, "57014")  # closes cannot be written from here on
                 status, _, headers = await api.req("GET", "/catalog/call/acme.items.get?item_id=k", org["token"])
                 assert status == 200 and headers["X-Treg-Cost-Micro"] == str(PRICE)

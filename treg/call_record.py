@@ -61,6 +61,8 @@ class CallRecord(NamedTuple):
     #: a hub call: the ref called, on both orgs' rows; on the publishing org's row the caller's org slug
     hub_ref: str | None = None
     hub_caller_org: str | None = None
+    #: the credit lease the call's hold was taken from (docs/money.md "Credit leases"); None: its own hold
+    lease_id: str | None = None
     # -- the ``tool_called`` event's own fields, after every column: not stored (the audit writer sends
     # only the fields up to the last column, treg/call/audit.py)
     #: the caller's User-Agent (cut to USER_AGENT_MAX characters): which client or SDK calls

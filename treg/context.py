@@ -11,7 +11,7 @@ upstream sessions, the resolver) is a null object there, so no use site asks whe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from treg.bindings import Binding, InjectionPlan, Injector
 from treg.cache import Caches
@@ -60,6 +60,9 @@ class HoldCloser(Protocol):
     """Closes money holds (treg.money.settler): at once outside a server, off the answer's path in one."""
 
     async def close(self, hold: "Hold", close: "Close") -> bool: ...
+
+    async def take_leased(self, svc: Any, *, org_id: str, member_id: str | None, tag: str | None, call_id: str,
+                          amount_micro: int) -> "Hold | None": ...
 
     async def drain(self) -> None: ...
 

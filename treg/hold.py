@@ -21,6 +21,9 @@ class Hold:
     amount_micro: int
     day: datetime.date
     expires_at: datetime.datetime
+    #: the credit lease this hold was taken from in memory (treg/money/leases.py); None: a hold of its
+    #: own, placed by its own statement
+    lease_id: str | None = None
 
     def charge_for(self, observed_micro: int) -> int:
         """What ``settle(observed_micro)`` charges: the observed price, never more than the estimate."""
@@ -29,11 +32,14 @@ class Hold:
 
 @dataclass(frozen=True)
 class Close:
-    """One hold to close: ``settled`` at ``observed_micro`` (capped at the hold), or ``released``."""
+    """One hold to close: ``settled`` at ``observed_micro`` (capped at the hold), or ``released``. A hold
+    taken from a credit lease names it, and its amount (its row is written by the close)."""
 
     call_id: str
     state: str
     observed_micro: int = 0
+    lease_id: str | None = None
+    amount_micro: int = 0
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,10 @@ LOCK_KEY = 0x7472656772656170
 #: cost was never the hold's)
 _RELEASED_ROWS_SQL = ("UPDATE calls SET hold_state = 'released', cost_micro = 0 "
                       "WHERE (id, org_id) IN (SELECT * FROM unnest(%(ids)s::text[], %(orgs)s::text[]))")
+#: the calls a released credit lease covered whose close was never written (no hold row of their own):
+#: charged nothing either (docs/money.md "Credit leases")
+_LEASED_ROWS_SQL = ("UPDATE calls c SET hold_state = 'released', cost_micro = 0 "
+                    "WHERE c.lease_id = ANY(%(ids)s::text[]) AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.id = c.id)")
 
 
 async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
@@ -71,6 +75,7 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
             async with svc.db.tx() as tx:
                 await tx.execute(_RELEASED_ROWS_SQL, {"ids": [c.call_id for c in closed],
                                                       "orgs": [c.org_id for c in closed]})
+                await tx.execute(_LEASED_ROWS_SQL, {"ids": [c.call_id for c in closed]})
     if released:
         log.warning("reaper released %d orphaned hold(s)", released)
     # an async job's hold is released like any other when nobody polled it in time: the job says so too

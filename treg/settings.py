@@ -134,6 +134,14 @@ class Settings:
         "TREG_HOLD_TTL_S", 3600,
         "seconds a money hold (and an in-progress Idempotency-Key claim) may stay open before the reaper "
         "releases it in the caller's favour; must exceed the longest billed call", "int")
+    money_lease_calls: int = _setting(
+        "TREG_MONEY_LEASE_CALLS", 64,
+        "calls' worth of credit a serving process leases at once for a busy (org, member, tag) on the platform "
+        "tier, its calls' holds then taken from the lease without a round trip (docs/money.md \"Credit leases\"); "
+        "0: every hold placed by its own statement", "int")
+    money_lease_after: int = _setting(
+        "TREG_MONEY_LEASE_AFTER", 16,
+        "holds one (org, member, tag) places within a second before its calls take them from a credit lease", "int")
     reaper_interval_s: float = _setting(
         "TREG_REAPER_INTERVAL_S", 60.0,
         "seconds between reaper runs (expired holds released, expired idempotency entries pruned); 0: only at "

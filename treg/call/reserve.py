@@ -30,8 +30,12 @@ async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
             return replay_outcome(svc, state)
     if (overflowed := await overflow_stage.instead_of_direct(svc, state)) is not None:  # a locked key
         return overflowed
+    # a hold this process closes itself may come from a credit lease (treg/money/leases.py); an async
+    # submission's is handed to its job (closed by a poll, in any process), a routed child's settles
+    # with its routed call: each places its own
+    leasable = cat.endpoint.async_job is None and inp.deferred is None
     state.hold = await money.place_hold(svc, org_id=ident.org_id, member_id=ident.member_id, call_id=inp.call_id,
-                                        amount_micro=cat.hold_micro, tag=inp.tag,
+                                        amount_micro=cat.hold_micro, tag=inp.tag, leasable=leasable,
                                         **demo.hold_cap(ident, svc))  # a demo call: its daily budget too
     return None
 

@@ -10,7 +10,7 @@ from treg import periodic
 from treg.cache import Caches, ChangeListener
 from treg.call.audit import AuditWriter, prune_evidence
 from treg.context import NullAuditWriter, Services
-from treg.money.settler import InlineSettler, Settler
+from treg.money.settler import Settler
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,9 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     writer = AuditWriter(svc)
     writer.start()
     svc.audit = writer
-    settler = Settler(svc.db, hold_ttl_s=svc.settings.hold_ttl_s)  # holds closed off the answers' path (treg/money/settler.py)
+    # holds closed off the answers' path, credit leases for busy keys (treg/money/settler.py, leases.py)
+    settler = Settler(svc.db, hold_ttl_s=svc.settings.hold_ttl_s, lease_calls=svc.settings.money_lease_calls,
+                      lease_after=svc.settings.money_lease_after)
     settler.start()
     svc.settler = settler
 
@@ -43,8 +45,9 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
             await close_pruner()
         finally:  # whatever happened to the pruner, the queued closes and audit rows are written
             try:
-                await settler.stop()  # every queued close written before the database closes
-                svc.settler = InlineSettler(svc.db)
+                # every queued close written before the database closes; a call still closing after this
+                # is closed inline by the stopped settler, which knows the leases its hold came from
+                await settler.stop()
                 await writer.close()
             finally:
                 await listener.stop()  # the live caches are bypassed from here on, as null caches would be

@@ -178,6 +178,9 @@ calls = Table(
     # org's row the caller's org slug (never its member)
     Column("hub_ref", String(264), nullable=True),
     Column("hub_caller_org", String(64), nullable=True),
+    # the credit lease the call's hold was taken from (migration 0020, docs/money.md "Credit leases"): the
+    # reaper that releases a lease after a crash marks the calls whose close was never written
+    Column("lease_id", String(200), nullable=True),
     PrimaryKeyConstraint("id", "org_id"),
     Index("ix_calls_org_id_created_at", "org_id", "created_at"),
     Index("ix_calls_org_id_member_id_created_at", "org_id", "member_id", "created_at"),
@@ -186,6 +189,7 @@ calls = Table(
     Index("ix_calls_org_id_tool_name_created_at", "org_id", "tool_name", "created_at"),
     Index("ix_calls_org_id_created_at_upstream_failed", "org_id", "created_at",
           postgresql_where=text("blame = 'upstream'")),
+    Index("ix_calls_lease_id", "lease_id", postgresql_where=text("lease_id IS NOT NULL")),
 )
 
 ui_sessions = Table(
@@ -249,8 +253,12 @@ holds = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     #: the org credited with what the hold is charged (a hub tool's publisher), in the same statement
     Column("credit_org_id", String(40), ForeignKey("orgs.id", ondelete="SET NULL"), nullable=True),
+    #: a credit lease (migration 0020): a process's hold for many calls, which its calls' holds are taken
+    #: from in memory; its amount is what is left of it (docs/money.md "Credit leases")
+    Column("lease", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("state IN ('held', 'settled', 'released')", name="state"),
-    CheckConstraint("amount_micro > 0 AND settled_micro >= 0 AND settled_micro <= amount_micro", name="amounts"),
+    CheckConstraint("(amount_micro > 0 OR lease) AND amount_micro >= 0 AND settled_micro >= 0 "
+                    "AND settled_micro <= amount_micro", name="amounts"),
     Index("ix_holds_org_id_created_at", "org_id", "created_at"),
     Index("ix_holds_expires_at_open", "expires_at", postgresql_where=text("state = 'held'")),
 )

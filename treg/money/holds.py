@@ -42,20 +42,27 @@ from treg.money.limits import check_tag, hold_refusal
 #: the statements of the hot money path, as text with bound parameters (built once, at import)
 PLACE_SQL = ("SELECT refused, needed_micro, available_micro, limit_micro, hold_expires_at, hold_day "
              "FROM treg_place_hold(%(call)s, %(org)s, %(member)s, %(tag)s, %(amount)s, %(ttl)s, %(trial)s, "
-             "%(trial_id)s, %(extra_cap)s, %(credit_org)s)")
+             "%(trial_id)s, %(extra_cap)s, %(credit_org)s, %(headroom)s, %(lease)s)")
 CLOSE_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
              "FROM treg_close_holds(%(calls)s, %(states)s, %(observed)s)")
+#: closes of holds taken from credit leases (treg/money/leases.py): each call's row written closed, its
+#: amount moved out of its lease, one statement for any number (migration 0020)
+CLOSE_LEASED_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
+                    "FROM treg_close_leased(%(leases)s, %(calls)s, %(states)s, %(amounts)s, %(observed)s)")
 
 
 async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_id: str, amount_micro: int,
                      tag: str | None = None, extra_cap_micro: int | None = None,
                      extra_refusal: Callable[[int, int], TregError] | None = None,
-                     credit_org_id: str | None = None) -> Hold | None:
+                     credit_org_id: str | None = None, leasable: bool = False) -> Hold | None:
     """Reserve ``amount_micro`` for call ``call_id``; None when the amount is 0 (nothing to hold).
 
     ``extra_cap_micro``: one more cap on the org's spend of the day (held and settled), refused with
     ``extra_refusal(needed, available)`` (the public demo's daily budget). ``credit_org_id``: the org
-    the charge is credited to when the hold settles (a hub tool's publisher).
+    the charge is credited to when the hold settles (a hub tool's publisher). ``leasable``: the hold is
+    closed in this process (not handed to an async job), so it may be taken from a credit lease
+    (``Services.settler``, treg/money/leases.py) without a round trip; when no lease serves it, it is
+    placed by its own statement as any other.
 
     Raises PaymentRequired (402) naming the limit that refused it, NotFound for an unknown org,
     Conflict if the call id already has a hold.
@@ -65,18 +72,13 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
         tag = check_tag(tag)
     if amount == 0:
         return None
-    trial = max(0, int(svc.settings.trial_micro))
-    params = {"call": call_id, "org": org_id, "member": member_id, "tag": tag, "amount": amount,
-              "ttl": float(svc.settings.hold_ttl_s), "trial": trial, "trial_id": new_id("crd") if trial else None,
-              "extra_cap": extra_cap_micro, "credit_org": credit_org_id}
-    try:
-        (refused, needed, available, limit, expires_at, day), = await svc.db.run(PLACE_SQL, params, path="money")
-    except IntegrityError as exc:
-        if exc.constraint == "pk_holds":
-            raise Conflict(f"call {call_id} already has a hold", code="hold_exists") from exc
-        if exc.constraint and exc.constraint.startswith("fk_org_balances_org_id"):
-            raise NotFound("no such org", code="org_not_found") from exc
-        raise
+    if leasable and extra_cap_micro is None and credit_org_id is None:
+        leased = await svc.settler.take_leased(svc, org_id=org_id, member_id=member_id, tag=tag, call_id=call_id,
+                                               amount_micro=amount)
+        if leased is not None:
+            return leased
+    refused, needed, available, limit, expires_at, day = await _place(svc, call_id, org_id, member_id, tag, amount,
+                                                                      extra_cap_micro, credit_org_id)
     if refused == "extra_cap":
         assert extra_refusal is not None
         raise extra_refusal(needed, available)
@@ -84,6 +86,37 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
         raise hold_refusal(refused, needed, available, limit, tag=tag, member_id=member_id)
     return Hold(call_id=call_id, org_id=org_id, member_id=member_id, tag=tag, amount_micro=amount, day=day,
                 expires_at=expires_at)
+
+
+async def place_lease(svc: Services, *, lease_id: str, org_id: str, member_id: str | None, tag: str | None,
+                      amount_micro: int, headroom_micro: int) -> Hold | None:
+    """Place a credit lease of ``amount_micro`` (treg/money/leases.py) when every limit leaves
+    ``headroom_micro`` beside it; None when one does not (the calls then place their own holds, and
+    meet the limit's own refusal)."""
+    refused, _, _, _, expires_at, day = await _place(svc, lease_id, org_id, member_id, tag, amount_micro, None, None,
+                                                     headroom=headroom_micro, lease=True)
+    if refused is not None:
+        return None
+    return Hold(call_id=lease_id, org_id=org_id, member_id=member_id, tag=tag, amount_micro=amount_micro, day=day,
+                expires_at=expires_at)
+
+
+async def _place(svc: Services, call_id: str, org_id: str, member_id: str | None, tag: str | None, amount: int,
+                 extra_cap_micro: int | None, credit_org_id: str | None, *, headroom: int = 0,
+                 lease: bool = False) -> tuple[Any, ...]:
+    trial = max(0, int(svc.settings.trial_micro))
+    params = {"call": call_id, "org": org_id, "member": member_id, "tag": tag, "amount": amount,
+              "ttl": float(svc.settings.hold_ttl_s), "trial": trial, "trial_id": new_id("crd") if trial else None,
+              "extra_cap": extra_cap_micro, "credit_org": credit_org_id, "headroom": headroom, "lease": lease}
+    try:
+        (row,) = await svc.db.run(PLACE_SQL, params, path="money")
+        return tuple(row)
+    except IntegrityError as exc:
+        if exc.constraint == "pk_holds":
+            raise Conflict(f"call {call_id} already has a hold", code="hold_exists") from exc
+        if exc.constraint and exc.constraint.startswith("fk_org_balances_org_id"):
+            raise NotFound("no such org", code="org_not_found") from exc
+        raise
 
 
 def checked_close(c: Close) -> Close:
@@ -112,6 +145,18 @@ async def close_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
     if not closes:
         return []
     return _closed(await db.run(CLOSE_SQL, _close_params(closes), path="money"))
+
+
+async def close_leased_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
+    """Close holds taken from credit leases (each ``Close`` names its lease and amount) in one
+    statement: each call's row is written closed and its amount moved out of its lease; what comes back
+    is what this call closed (a call closed before is not among it)."""
+    if not closes:
+        return []
+    params = _close_params(closes)
+    params["leases"] = [c.lease_id for c in closes]
+    params["amounts"] = [check_amount(c.amount_micro, "amount_micro") for c in closes]
+    return _closed(await db.run(CLOSE_LEASED_SQL, params, path="money"))
 
 
 async def close(svc: Services, closes: Sequence[Close]) -> list[Closed]:

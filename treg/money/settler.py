@@ -19,21 +19,30 @@ Why this stays exact:
   an answer and its close;
 * shutdown drains the queue (``close``) before the database closes.
 
+The settler also keeps the process's credit leases (treg/money/leases.py, ``take_leased``): a leased
+call's close is queued like any other and written by ``treg_close_leased``, and a retired lease's
+return (its remainder released) is queued after its calls' closes; a batch writes the leased closes
+first, so a lease is never released before a close of a call it covered. A drain retires every lease
+first, so a read of the balance after it sees no credit parked in this process's leases.
+
 Outside a server (the CLI, domain tests) :class:`InlineSettler` closes at once and says whether this
-call closed the hold.
+call closed the hold; it keeps no leases.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+from typing import Any
 
 from treg.errors import TregError
 from treg.infra.db import Database
 from treg.money import holds
-from treg.money.holds import Close, Hold
+from treg.money.holds import RELEASED, Close, Hold
+from treg.money.leases import Leases
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,9 @@ INLINE_MARGIN_S = 60.0
 BATCH_MAX = 256
 #: how long a failing batch is retried before its holds are left to the reaper
 RETRY_FOR_S = 30.0
+#: how long the closes are gathered before a statement: off the answers' path, so it costs a caller
+#: nothing, and a quiet process's closes share statements too (a drain and a stop do not wait for it)
+LINGER_S = 0.02
 
 
 class InlineSettler:
@@ -52,7 +64,14 @@ class InlineSettler:
         self._db = db
 
     async def close(self, hold: Hold, close: Close) -> bool:
+        if hold.lease_id is not None:  # never taken here; a hold handed over from a stopped server's settler
+            close = dataclasses.replace(close, lease_id=hold.lease_id, amount_micro=hold.amount_micro)
+            return bool(await holds.close_leased_on(self._db, [close]))
         return bool(await holds.close_on(self._db, [close]))
+
+    async def take_leased(self, svc: object, **hold: object) -> Hold | None:
+        """No leases outside a server: every hold is placed by its own statement."""
+        return None
 
     async def drain(self) -> None:
         """Nothing is ever queued here."""
@@ -64,16 +83,23 @@ class InlineSettler:
 class Settler:
     """Holds closed in the background, in batches of one statement each (see the module doc)."""
 
-    def __init__(self, db: Database, *, hold_ttl_s: float, retry_for_s: float = RETRY_FOR_S) -> None:
+    def __init__(self, db: Database, *, hold_ttl_s: float, retry_for_s: float = RETRY_FOR_S, lease_calls: int = 0,
+                 lease_after: int = 1) -> None:
         self._db = db
+        self.leases = Leases(calls=lease_calls, after=lease_after, on_retired=self._return_lease)
         self._margin_s = min(INLINE_MARGIN_S, hold_ttl_s / 10)
         self.retry_for_s = retry_for_s
         self._queue: list[Close] = []
         self._wake = asyncio.Event()
+        self._hurry = asyncio.Event()  # write now: a drain or a stop waits, or a full batch is queued
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._late: list[Close] = []  # lease returns after the loop stopped
+        #: leases with a call's close that could not be written: never returned here (the reaper releases
+        #: them when they expire and marks those calls released), so no return may precede that close
+        self._abandoned: set[str] = set()
         #: counters for tests and the benchmark
         self.statements = 0
         self.closed = 0
@@ -82,28 +108,67 @@ class Settler:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="treg-settler")
 
+    async def take_leased(self, svc: object, *, org_id: str, member_id: str | None, tag: str | None, call_id: str,
+                          amount_micro: int) -> Hold | None:
+        """A hold for the call taken from a credit lease (treg/money/leases.py), or None: it places its own."""
+        if self._stopping or self._task is None or self._task.done():
+            return None
+        return await self.leases.take(svc, org_id=org_id, member_id=member_id, tag=tag, call_id=call_id,
+                                      amount_micro=amount_micro)
+
     async def close(self, hold: Hold, close: Close) -> bool:
         """Queue the close (True: it will be written; the charge is ``hold.charge_for``), or close at once
         when the hold's lease is nearly over or the settler stopped (the answer of that close)."""
         holds.checked_close(close)  # a bad close fails its own call here, never a batch of others'
-        if (self._stopping or self._task is None or self._task.done()
-                or hold.expires_at.timestamp() - time.time() < self._margin_s):
-            return bool(await holds.close_on(self._db, [close]))
+        if hold.lease_id is not None:
+            close = dataclasses.replace(close, lease_id=hold.lease_id, amount_micro=hold.amount_micro)
+        inline = (self._stopping or self._task is None or self._task.done()
+                  or hold.expires_at.timestamp() - time.time() < self._margin_s)
+        if inline:
+            closed = bool(await (holds.close_leased_on if close.lease_id else holds.close_on)(self._db, [close]))
+        else:
+            self._enqueue(close)
+            closed = True
+        if hold.lease_id is not None:
+            self.leases.closed(hold)  # the lease's return, when it was its last call, queued after this close
+            if self._late and (self._task is None or self._task.done()):  # the loop is gone: written here
+                batch, self._late = self._late, []
+                await self._write(batch)
+        return closed
+
+    def _enqueue(self, close: Close) -> None:
         self._queue.append(close)
         self._idle.clear()
         self._wake.set()
-        return True
+        if len(self._queue) >= BATCH_MAX:
+            self._hurry.set()
+
+    def _return_lease(self, lease_id: str) -> None:
+        """A retired lease whose calls are all closed: what is left of it released, after their closes
+        (the queue is written in order, and a batch writes its leased closes first)."""
+        close = Close(lease_id, RELEASED)
+        if self._stopping and (self._task is None or self._task.done()):
+            self._late.append(close)  # written by stop(), after the closes before it
+        else:
+            self._enqueue(close)
 
     async def drain(self) -> None:
-        """Wait until every close queued so far is written (or left to the reaper): a read of the
-        balance or of a call right after an answer sees its charge."""
+        """Wait until every close queued so far is written (or left to the reaper), this process's idle
+        credit leases returned first: a read of the balance or of a call right after an answer sees its
+        charge, and no credit parked here."""
+        self.leases.retire_all()
         if self._queue or not self._idle.is_set():
+            self._hurry.set()
             await self._idle.wait()
 
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            if not self._hurry.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._hurry.wait(), LINGER_S)
             self._wake.clear()
+            self._hurry.clear()
             try:
                 while self._queue:
                     batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
@@ -119,32 +184,53 @@ class Settler:
                 return
 
     async def _write(self, batch: list[Close]) -> None:
+        """The leased closes of the batch first (its lease returns are among the others), then the rest;
+        if the first part is left to the reaper, so is the second (a lease stays held for the reaper,
+        which marks the calls whose close was not written)."""
+        leased = [c for c in batch if c.lease_id is not None]
+        if leased and not await self._write_part(holds.close_leased_on, leased):
+            # those leases are the reaper's now: released when they expire, with these calls marked
+            self._abandoned.update(c.lease_id for c in leased if c.lease_id is not None)
+        own = [c for c in batch if c.lease_id is None] if leased or self._abandoned else batch
+        if self._abandoned:
+            kept = [c for c in own if c.call_id not in self._abandoned]
+            self.left_to_reaper += len(own) - len(kept)
+            own = kept
+        if own:
+            await self._write_part(holds.close_on, own)
+
+    async def _write_part(self, statement: Any, batch: list[Close]) -> bool:
         deadline = time.monotonic() + self.retry_for_s
         attempt = 0
         while True:
             try:
-                closed = await holds.close_on(self._db, batch)
+                closed = await statement(self._db, batch)
             except TregError as exc:
                 attempt += 1
                 if time.monotonic() >= deadline:
                     self.left_to_reaper += len(batch)
                     log.error("settler: %d hold close(s) could not be written (%s) after %d attempts; the "
                               "reaper releases them when their lease ends", len(batch), exc.code, attempt)
-                    return
+                    return False
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
                 continue
             self.statements += 1
             self.closed += len(closed)
-            return
+            return True
 
     async def stop(self) -> None:
         """Write what is queued, then stop; later closes run inline."""
         self._stopping = True
+        self.leases.retire_all()  # idle leases returned with the last batch; the others after their calls
         self._wake.set()
+        self._hurry.set()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
         if self._queue:  # queued after the loop's last look
             batch, self._queue = self._queue, []
+            await self._write(batch)
+        if self._late:
+            batch, self._late = self._late, []
             await self._write(batch)
         self._idle.set()

@@ -46,9 +46,10 @@ async def check_books(svc: Services, org_id: str) -> dict[str, Any]:
 def count_hold_closes(monkeypatch: Any) -> list[tuple[str, str]]:
     """Every effective close of a hold (a settle or release that changed it), as (kind, call id), by
     whichever path closed it: the settler (off the answer's path) or inline, the reaper, an async job's
-    poll — every close is one call of ``treg_close_holds`` through these two functions."""
+    poll — every close is one call of ``treg_close_holds`` or ``treg_close_leased`` through these three
+    functions. A credit lease's own release is counted too (its id is no call's)."""
     seen: list[tuple[str, str]] = []
-    close_on, close_in = hold_closes.close_on, hold_closes.close_in
+    close_on, close_in, close_leased_on = hold_closes.close_on, hold_closes.close_in, hold_closes.close_leased_on
     kind = {hold_closes.SETTLED: "settle", hold_closes.RELEASED: "release"}
 
     async def counted_on(db: Any, closes: Any) -> Any:
@@ -61,6 +62,12 @@ def count_hold_closes(monkeypatch: Any) -> list[tuple[str, str]]:
         seen.extend((kind[c.state], c.call_id) for c in closed)
         return closed
 
+    async def counted_leased_on(db: Any, closes: Any) -> Any:
+        closed = await close_leased_on(db, closes)
+        seen.extend((kind[c.state], c.call_id) for c in closed)
+        return closed
+
+    monkeypatch.setattr(hold_closes, "close_leased_on", counted_leased_on)
     monkeypatch.setattr(hold_closes, "close_on", counted_on)
     monkeypatch.setattr(hold_closes, "close_in", counted_in)
     return seen

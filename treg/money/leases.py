@@ -1,0 +1,192 @@
+"""Credit leases: one hold for many calls, their holds taken from it in memory (docs/money.md "Credit leases").
+
+A platform-tier call places its hold before any vendor contact, so the hold's round trip is on every
+billed call's path, and every placement takes the org's balance row lock. When one (org, member, tag)
+places holds at a rate (``TREG_MONEY_LEASE_AFTER`` in a second), the serving process instead places
+one **lease**: a hold of ``TREG_MONEY_LEASE_CALLS`` calls' worth, itself an ordinary row of ``holds``
+(``lease`` true) placed by ``treg_place_hold`` under every limit. The key's next calls take their holds
+from it here, without a round trip, until it is spent or a second old; their closes go through the
+settler (``treg_close_leased``: each call's row written closed, its amount moved out of the lease, one
+statement for many calls), and the lease itself is released (what is left of it) once it is retired
+and its last call is closed, queued after those calls' closes.
+
+Why the limits stay exact:
+
+* a lease is placed under every limit like any hold, and the calls it serves never take more than it
+  holds: what a lease covers is money no other call can spend;
+* it is placed only while the limits leave a headroom of ``HEADROOM`` leases beside it: near a limit
+  every call places its own hold, so the last credits go to calls one by one (16 calls on credit for
+  10 across two processes charge exactly 10: tests/test_money_fast_path.py);
+* a refused lease (or a failed placement) leaves the calls to their own holds, which meet the limit's
+  own refusal, and no lease is tried for the key for ``COOL_S``.
+
+What a crash costs: a lease is a hold, with its ``expires_at``; a process killed with leases open
+leaves them ``held``, and the reaper releases each when it expires, in the callers' favour, and marks
+the calls it covered whose close was never written (``calls.lease_id``) released, as it does a killed
+call's own hold. The only new imprecision is on the caller's side of the ledger: a 402 may come while
+another process's lease still covers some credit, for at most ``USE_S`` (then that lease is returned).
+
+A speed trick (docs/performance.md, round 8): the platform tier's hold without a round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any
+
+from treg.errors import TregError
+from treg.ids import new_id
+from treg.money import holds
+from treg.money.holds import Hold
+
+#: seconds a lease serves new calls; after that its calls finish and it is returned
+USE_S = 1.0
+#: a lease is placed only while every limit leaves this many leases' worth beside it
+HEADROOM = 8
+#: seconds no lease is tried for a key after one was refused (its calls place their own holds)
+COOL_S = 1.0
+#: keys whose rate is tracked at most (a process serving more keys starts the count again)
+MAX_KEYS = 10_000
+
+Key = tuple[str, "str | None", "str | None"]
+
+
+@dataclasses.dataclass(eq=False)
+class Lease:
+    """A lease as this process holds it: what is left of it, and its calls not yet closed."""
+
+    hold: Hold
+    left_micro: int
+    use_until: float
+    open_calls: set[str] = dataclasses.field(default_factory=set)
+    retired: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def id(self) -> str:
+        return self.hold.call_id
+
+    def grant(self, call_id: str, amount: int) -> Hold:
+        self.left_micro -= amount
+        self.open_calls.add(call_id)
+        h = self.hold
+        return Hold(call_id=call_id, org_id=h.org_id, member_id=h.member_id, tag=h.tag, amount_micro=amount,
+                    day=h.day, expires_at=h.expires_at, lease_id=h.call_id)
+
+
+class Leases:
+    """The leases of one serving process (one per key at a time serves new calls); see the module doc.
+
+    ``take`` answers a call's hold from a lease or None (the call places its own); the settler tells
+    ``closed`` of every leased call's close and ``retire_all`` when it drains or stops, and returns
+    (releases) each lease these answer with, after its calls' closes."""
+
+    def __init__(self, *, calls: int, after: int, on_retired: Any) -> None:
+        self.calls = max(0, int(calls))
+        self.after = max(1, int(after))
+        self._on_retired = on_retired  # called with the id of a lease to return, after its calls' closes
+        self._serving: dict[Key, Lease] = {}
+        self._live: dict[str, Lease] = {}
+        self._placing: dict[Key, asyncio.Future[None]] = {}
+        self._rate: dict[Key, list[float]] = {}
+        self._cool: dict[Key, float] = {}
+        #: counters for tests and the benchmark
+        self.placed = 0
+        self.refused = 0
+        self.returned = 0
+
+    @property
+    def live(self) -> int:
+        """Leases placed and not yet handed back for return."""
+        return len(self._live)
+
+    async def take(self, svc: Any, *, org_id: str, member_id: str | None, tag: str | None, call_id: str,
+                   amount_micro: int) -> Hold | None:
+        if self.calls == 0:
+            return None
+        key = (org_id, member_id, tag)
+        now = time.monotonic()
+        lease = self._serving.get(key)
+        if lease is not None:
+            if now < lease.use_until and lease.left_micro >= amount_micro:
+                return lease.grant(call_id, amount_micro)
+            self.retire(lease)
+        if not self._busy(key, now) or self._cool.get(key, 0.0) > now:
+            return None
+        pending = self._placing.get(key)
+        if pending is None:
+            # the placement runs on its own: a caller that goes away does not leave a lease nobody knows
+            pending = asyncio.ensure_future(self._place(svc, key, amount_micro))
+            self._placing[key] = pending
+        await asyncio.shield(pending)
+        lease = self._serving.get(key)
+        if lease is not None and time.monotonic() < lease.use_until and lease.left_micro >= amount_micro:
+            return lease.grant(call_id, amount_micro)
+        return None
+
+    def _busy(self, key: Key, now: float) -> bool:
+        """Has the key placed ``after`` holds within a second (counting this one)?"""
+        window = self._rate.get(key)
+        if window is None or now - window[0] >= 1.0:
+            if len(self._rate) >= MAX_KEYS:
+                self._rate.clear()
+            self._rate[key] = [now, 1.0]
+            return self.after <= 1
+        window[1] += 1
+        return window[1] >= self.after
+
+    async def _place(self, svc: Any, key: Key, amount_micro: int) -> None:
+        org_id, member_id, tag = key
+        size = amount_micro * self.calls
+        try:
+            try:
+                hold = await holds.place_lease(svc, lease_id=new_id("lse"), org_id=org_id, member_id=member_id,
+                                               tag=tag, amount_micro=size, headroom_micro=size * HEADROOM)
+            except TregError:
+                hold = None  # the calls place their own holds, and meet the database's own answer
+            if hold is None:
+                self.refused += 1
+                self._cool[key] = time.monotonic() + COOL_S
+                if len(self._cool) > MAX_KEYS:
+                    self._cool.clear()
+                return
+            self.placed += 1
+            lease = Lease(hold, hold.amount_micro, time.monotonic() + USE_S)
+            lease.timer = asyncio.get_running_loop().call_later(USE_S, self.retire, lease)
+            self._live[lease.id] = lease
+            self._serving[key] = lease
+        finally:
+            del self._placing[key]
+
+    def retire(self, lease: Lease) -> None:
+        """No more calls from ``lease``; returned now if none is open, else when its last one closes."""
+        if lease.retired:
+            return
+        lease.retired = True
+        if lease.timer is not None:
+            lease.timer.cancel()
+        key = (lease.hold.org_id, lease.hold.member_id, lease.hold.tag)
+        if self._serving.get(key) is lease:
+            del self._serving[key]
+        if not lease.open_calls:
+            self._hand_back(lease)
+
+    def retire_all(self) -> None:
+        for lease in list(self._serving.values()):
+            self.retire(lease)
+
+    def closed(self, hold: Hold) -> None:
+        """``hold`` (taken from a lease) is closed, its close queued or written."""
+        lease = self._live.get(hold.lease_id or "")
+        if lease is None or hold.call_id not in lease.open_calls:
+            return  # a second close of the same call (CallState.close_money's release after a settle)
+        lease.open_calls.discard(hold.call_id)
+        if lease.retired and not lease.open_calls:
+            self._hand_back(lease)
+
+    def _hand_back(self, lease: Lease) -> None:
+        del self._live[lease.id]
+        self.returned += 1
+        self._on_retired(lease.id)
