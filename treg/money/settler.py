@@ -164,13 +164,12 @@ class Settler:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
-            if not self._hurry.is_set():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._hurry.wait(), LINGER_S)
             self._wake.clear()
-            self._hurry.clear()
             try:
                 while self._queue:
+                    if not self._hurry.is_set():  # every batch gathers for a moment, not only the first
+                        with contextlib.suppress(asyncio.TimeoutError):
+                            await asyncio.wait_for(self._hurry.wait(), LINGER_S)
                     batch, self._queue = self._queue[:BATCH_MAX], self._queue[BATCH_MAX:]
                     try:
                         await self._write(batch)
@@ -179,6 +178,7 @@ class Settler:
                         log.exception("settler: %d hold close(s) failed unexpectedly; the reaper releases them "
                                       "when their lease ends", len(batch))
             finally:
+                self._hurry.clear()  # a drain's hurry lasts until the queue is empty
                 self._idle.set()  # a drain never waits on a batch that is gone
             if self._stopping:
                 return
