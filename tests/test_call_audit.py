@@ -160,6 +160,7 @@ def test_record_fills_every_column_from_its_source():
     state.result_state, state.cache_state = "miss", "stored"
     state.result_reason, state.cache_admission = "miss_rule", "result_miss"
     state.capacity_probe, state.smoothed = object(), ("wait=12", "retry=1")
+    state.hold = SimpleNamespace(lease_id="lse_1")  # the credit lease its hold was taken from
     from treg.capacity.classify import Unrecorded
 
     state.capacity_signal = Unrecorded(provider="api.example", endpoint="ep_1", status=418, word="quota")
@@ -181,6 +182,7 @@ def test_record_fills_every_column_from_its_source():
                    "credential_kind": "oauth", "connection_id": "conn_1",  # from the bindings (docs/oauth.md)
                    "demo": True,  # a public demo token's call (docs/sharing.md)
                    "hub_ref": None, "hub_caller_org": None,  # a hub call's (treg/call/hub_views.py)
+                   "lease_id": "lse_1",  # docs/money.md "Credit leases"
                    # the event's own fields (not columns)
                    "user_agent": ("sdk/1.0 " + "x" * 300)[:256], "probe": True, "smoothed": "wait=12, retry=1",
                    "result_reason": "miss_rule", "cache_admission": "result_miss", "hub_twin": None}
@@ -201,5 +203,5 @@ def test_the_events_own_fields_never_travel_to_the_database():
                      cache_admission="admitted")
     _, params = insert_sql([rec])
     [row] = _json.loads(params["rows"])
-    assert row[-4:] == ["conn_1", True, None, "callr"] and len(row) == CallRecord._fields.index("hub_caller_org") + 1
+    assert row[-5:] == ["conn_1", True, None, "callr", None] and len(row) == CallRecord._fields.index("lease_id") + 1
     assert "UA-" not in params["rows"] and "admitted" not in params["rows"]

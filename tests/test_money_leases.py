@@ -183,6 +183,33 @@ async def test_a_failing_leased_close_is_retried_and_written_once(leasing, dsn, 
     assert books["open"] == 0 and books["settled"] == 4 * PRICE
 
 
+async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, dsn):
+    """A leased close the settler cannot write within its retries: its lease is never returned by the
+    process (a return would release the calls' amounts with their closes missing); the reaper releases
+    it, and marks those calls released, cost 0, as it does a crashed process's."""
+    gw = leasing
+    svc = gw.services
+    svc.settler.retry_for_s = 0.3
+    await asyncio.to_thread(_fault, dsn, "57014")
+    try:
+        answers = [await gw.client.get(PATH, headers=gw.owner) for _ in range(2)]
+        assert [r.status for r in answers] == [200, 200]
+        await asyncio.wait_for(svc.settler.drain(), 10)  # the lease retired, its closes given up
+    finally:
+        await asyncio.to_thread(_fault, dsn, None)
+    assert svc.settler.left_to_reaper == 3  # the two closes, and the lease's return after them
+    call_ids = [r.headers["X-Treg-Call-Id"] for r in answers]
+    [(lease_id, state)] = await asyncio.to_thread(run_sql, dsn, "SELECT id, state FROM holds WHERE lease")
+    assert state == "held"
+    audited = await _calls_rows(svc, gw.org["org_id"])
+    assert [audited[c] for c in call_ids] == [("settled", PRICE, lease_id)] * 2  # what the callers were told
+    assert await reaper.reap_orphans(svc, older_than_s=0) == 1
+    audited = await _calls_rows(svc, gw.org["org_id"])
+    assert [audited[c] for c in call_ids] == [("released", 0, lease_id)] * 2
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == 0 and books["balance"] == 500 * PRICE
+
+
 async def _served_org(env: dict[str, str], slug: str, micro: int) -> dict[str, Any]:
     org = json.loads((await asyncio.to_thread(run_treg, env, "init", "--org", slug, "--email",
                                               f"o@{slug}.test")).stdout)
