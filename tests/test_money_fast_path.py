@@ -9,7 +9,6 @@ the raw-socket upstream standing in for the vendor."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from typing import Any
 
@@ -21,22 +20,12 @@ from treg import membership, money
 from treg.keys import SERVICES
 from treg import reaper
 from treg.settings import SecretStr
-from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, example_provider,
-                          http_response, open_services, raw_upstream, run_treg, serve_pair, stop_all, treg_env,
-                          within)
+from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
+                          example_provider, example_provider_env, http_response, open_services, raw_upstream,
+                          serve_pair, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
-
-PLUGIN = """
-from treg import hookimpl
-from treg.testing import example_provider
-
-
-@hookimpl
-def treg_register_providers():
-    return [example_provider({url!r} + "/v1")]
-"""
 
 #: a fault put in the database by the tests below: every close of a hold (an UPDATE of its state) fails
 #: with the given error code while the flag row exists, as a database that is down, or a statement
@@ -165,22 +154,10 @@ async def test_connections_cut_under_the_settler_are_reopened(platform, dsn):
     assert ok >= 3, statuses
 
 
-async def _served_org(env: dict[str, str], slug: str, micro: int) -> dict[str, Any]:
-    org = json.loads((await asyncio.to_thread(run_treg, env, "init", "--org", slug, "--email",
-                                              f"o@{slug}.test")).stdout)
-    granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", slug, "--micro", str(micro))
-    assert granted.returncode == 0, granted.stderr
-    return org
-
-
 async def test_sixteen_calls_on_credit_for_ten_across_two_processes_charge_exactly_ten(dsn, settings, tmp_path):
     async with raw_upstream() as up:
-        plugins = tmp_path / "plugins"
-        plugins.mkdir()
-        (plugins / "acme_fake.py").write_text(PLUGIN.format(url=up.url))
-        env = treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(),
-                       TREG_SSRF_ALLOW="127.0.0.0/8", TREG_PLUGINS_DIR=str(plugins), TREG_PLATFORM_KEY_ACME="pk")
-        org = await _served_org(env, "tenner", 10 * PRICE)
+        env = example_provider_env(tmp_path, dsn, settings.secret_key.reveal(), up.url)
+        org = await credited_org(env, "tenner", 10 * PRICE)
         a, b = await serve_pair(env, tmp_path)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -213,13 +190,8 @@ async def test_killed_between_the_answer_and_its_close_the_reaper_closes_the_hol
     open; a restarted treg's reaper releases it, in the caller's favour, exactly once; the books and the
     call's audit row agree."""
     async with raw_upstream() as up:
-        plugins = tmp_path / "plugins"
-        plugins.mkdir()
-        (plugins / "acme_fake.py").write_text(PLUGIN.format(url=up.url))
-        env = treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(),
-                       TREG_SSRF_ALLOW="127.0.0.0/8", TREG_PLUGINS_DIR=str(plugins), TREG_PLATFORM_KEY_ACME="pk",
-                       TREG_REAPER_INTERVAL_S="0.5")
-        org = await _served_org(env, "killed", 100 * PRICE)
+        env = example_provider_env(tmp_path, dsn, settings.secret_key.reveal(), up.url, TREG_REAPER_INTERVAL_S="0.5")
+        org = await credited_org(env, "killed", 100 * PRICE)
         first = await asyncio.to_thread(Served, env, tmp_path / "first.log")
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:

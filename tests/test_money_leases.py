@@ -10,7 +10,6 @@ the raw-socket upstream standing in for the vendor."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 from typing import Any
 
@@ -20,23 +19,13 @@ import pytest
 from treg import membership, money, reaper
 from treg.keys import SERVICES
 from treg.settings import SecretStr
-from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, example_provider,
-                          http_response, open_services, raw_upstream, run_sql, run_treg, serve_pair, stop_all,
-                          treg_env, within)
+from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
+                          example_provider, example_provider_env, http_response, open_services, raw_upstream, run_sql,
+                          serve_pair, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
 LEASE_CALLS = 4
-
-PLUGIN = """
-from treg import hookimpl
-from treg.testing import example_provider
-
-
-@hookimpl
-def treg_register_providers():
-    return [example_provider({url!r} + "/v1")]
-"""
 
 #: a fault: every leased close (the INSERT of a call's closed hold row) fails with the given SQLSTATE
 #: while the flag row exists, as a statement timeout or a database going away fails it
@@ -210,21 +199,9 @@ async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, d
     assert books["open"] == 0 and books["settled"] == 0 and books["balance"] == 500 * PRICE
 
 
-async def _served_org(env: dict[str, str], slug: str, micro: int) -> dict[str, Any]:
-    org = json.loads((await asyncio.to_thread(run_treg, env, "init", "--org", slug, "--email",
-                                              f"o@{slug}.test")).stdout)
-    granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", slug, "--micro", str(micro))
-    assert granted.returncode == 0, granted.stderr
-    return org
-
-
 def _leasing_env(tmp_path: Any, dsn: str, settings: Any, up_url: str, **more: str) -> dict[str, str]:
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    (plugins / "acme_fake.py").write_text(PLUGIN.format(url=up_url))
-    return treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(),
-                    TREG_SSRF_ALLOW="127.0.0.0/8", TREG_PLUGINS_DIR=str(plugins), TREG_PLATFORM_KEY_ACME="pk",
-                    TREG_MONEY_LEASE_AFTER="1", TREG_MONEY_LEASE_CALLS=str(LEASE_CALLS), **more)
+    return example_provider_env(tmp_path, dsn, settings.secret_key.reveal(), up_url, TREG_MONEY_LEASE_AFTER="1",
+                                TREG_MONEY_LEASE_CALLS=str(LEASE_CALLS), **more)
 
 
 async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, settings, tmp_path):
@@ -232,7 +209,7 @@ async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, setting
     more than 60 charged, every charge on the books exactly once, and nothing left held after both stop."""
     async with raw_upstream() as up:
         env = _leasing_env(tmp_path, dsn, settings, up.url)
-        org = await _served_org(env, "pair", 60 * PRICE)
+        org = await credited_org(env, "pair", 60 * PRICE)
         a, b = await serve_pair(env, tmp_path)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
@@ -267,7 +244,7 @@ async def test_killed_with_a_lease_open_the_reaper_releases_it_and_the_calls_say
     calls' audit rows say released, cost 0; the call closed before the kill stays charged."""
     async with raw_upstream() as up:
         env = _leasing_env(tmp_path, dsn, settings, up.url, TREG_REAPER_INTERVAL_S="0.5")
-        org = await _served_org(env, "killed", 100 * PRICE)
+        org = await credited_org(env, "killed", 100 * PRICE)
         first = await asyncio.to_thread(Served, env, tmp_path / "first.log")
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:

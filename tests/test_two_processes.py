@@ -16,19 +16,10 @@ from treg import membership, money, testing
 from treg.infra.schema import holds
 from treg import reaper
 from treg.testing import (PROPAGATION_S, Api, assert_clean_exits, check_books, open_services, run_treg,
-                          serve_pair, stop_all, treg_env, within)
+                          serve_pair, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 
-PLUGIN = """
-from treg import hookimpl
-from treg.testing import example_provider
-
-
-@hookimpl
-def treg_register_providers():
-    return [example_provider({url!r} + "/v1")]
-"""
 
 
 def _sql(dsn: str, query: str, *args: Any) -> list[tuple]:
@@ -60,12 +51,8 @@ async def _orphans(dsn: str, settings, n: int) -> tuple[str, list[str]]:
 async def test_two_processes_on_one_database(dsn, settings, tmp_path):
     orphan_org, orphan_ids = await _orphans(dsn, settings, 30)
     async with testing.raw_upstream() as up:
-        plugins = tmp_path / "plugins"
-        plugins.mkdir()
-        (plugins / "acme_fake.py").write_text(PLUGIN.format(url=up.url))
-        env = treg_env(tmp_path / "home", dsn, TREG_SECRET_KEY=settings.secret_key.reveal(),
-                       TREG_SSRF_ALLOW="127.0.0.0/8", TREG_PLUGINS_DIR=str(plugins),
-                       TREG_PLATFORM_KEY_ACME="pk-platform", TREG_REAPER_INTERVAL_S="0.5")
+        env = testing.example_provider_env(tmp_path, dsn, settings.secret_key.reveal(), up.url,
+                                           TREG_PLATFORM_KEY_ACME="pk-platform", TREG_REAPER_INTERVAL_S="0.5")
         acme = json.loads((await asyncio.to_thread(run_treg, env, "init", "--org", "acme",
                                                    "--email", "o@acme.test")).stdout)
         bank = json.loads((await asyncio.to_thread(run_treg, env, "init", "--org", "bank",

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from typing import Any
@@ -65,7 +64,7 @@ class InlineSettler:
 
     async def close(self, hold: Hold, close: Close) -> bool:
         if hold.lease_id is not None:  # never taken here; a hold handed over from a stopped server's settler
-            close = dataclasses.replace(close, lease_id=hold.lease_id, amount_micro=hold.amount_micro)
+            close = Close(close.call_id, close.state, close.observed_micro, hold.lease_id, hold.amount_micro)
             return bool(await holds.close_leased_on(self._db, [close]))
         return bool(await holds.close_on(self._db, [close]))
 
@@ -121,7 +120,7 @@ class Settler:
         when the hold's lease is nearly over or the settler stopped (the answer of that close)."""
         holds.checked_close(close)  # a bad close fails its own call here, never a batch of others'
         if hold.lease_id is not None:
-            close = dataclasses.replace(close, lease_id=hold.lease_id, amount_micro=hold.amount_micro)
+            close = Close(close.call_id, close.state, close.observed_micro, hold.lease_id, hold.amount_micro)
         inline = (self._stopping or self._task is None or self._task.done()
                   or hold.expires_at.timestamp() - time.time() < self._margin_s)
         if inline:
@@ -184,9 +183,9 @@ class Settler:
                 return
 
     async def _write(self, batch: list[Close]) -> None:
-        """The leased closes of the batch first (its lease returns are among the others), then the rest;
-        if the first part is left to the reaper, so is the second (a lease stays held for the reaper,
-        which marks the calls whose close was not written)."""
+        """The leased closes of the batch first (its lease returns are among the others), then the rest.
+        A lease with a close that could not be written is never returned here: it stays held for the
+        reaper, which releases it and marks the calls whose close was not written."""
         leased = [c for c in batch if c.lease_id is not None]
         if leased and not await self._write_part(holds.close_leased_on, leased):
             # those leases are the reaper's now: released when they expire, with these calls marked

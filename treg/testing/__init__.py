@@ -53,8 +53,9 @@ from treg.testing.import_graph import import_circles
 from treg.testing.mcp_client import LEGACY, META, MODERN, Mcp, legacy_headers, modern_headers, modern_message
 from treg.testing.migrations import (assert_schema_matches, assert_up_down_up, column_names, table_names,
                                      table_of)
-from treg.testing.processes import (PROPAGATION_S, Api, Served, assert_clean_exits, free_port, http, run_cli,
-                                    run_treg, serve_pair, stop_all, treg_env, within)
+from treg.testing.processes import (EXAMPLE_PLUGIN, PROPAGATION_S, Api, Served, assert_clean_exits, credited_org,
+                                    example_provider_env, free_port, http, run_cli, run_treg, serve_pair, stop_all,
+                                    treg_env, within)
 from treg.testing.providers import ProviderPlugin, example_provider, media_provider
 from treg.testing.services import open_services
 from treg.testing.settings import make_settings
@@ -63,12 +64,12 @@ from treg.testing.upstreams import (ALLOW_ONE, BoundUpstream, Exchange, RawUpstr
                                     raw_upstream, upstream_pair)
 
 __all__ = [
-    "ALLOW_ONE", "Api", "BoundUpstream", "CSRF", "FORM_TOKEN", "Clock", "Closes", "Events", "Exchange", "FakeDns",
+    "ALLOW_ONE", "EXAMPLE_PLUGIN", "Api", "BoundUpstream", "CSRF", "FORM_TOKEN", "Clock", "Closes", "Events", "Exchange", "FakeDns",
     "Gateway", "HeaderLookup", "LEGACY", "META", "MODERN", "Mcp", "PROPAGATION_S", "ProviderPlugin",
     "RawReply", "RawUpstream", "Responder", "SelfSigned", "Served", "T0", "add_member", "assert_clean_exits",
     "assert_schema_matches", "assert_up_down_up", "audit_row", "base_dsn", "build_catalog_of", "call_input",
     "catalog_problems", "check_books", "checkout_root", "column_names", "contract_provider",
-    "count_hold_closes", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider",
+    "count_hold_closes", "credited_org", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider", "example_provider_env",
     "free_port", "fresh_database", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",
     "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",

@@ -49,6 +49,40 @@ def run_cli(home: Path, dsn: str | None, *args: str, **env: str) -> subprocess.C
     return subprocess.run([sys.executable, "-m", "treg", *args], env=e, capture_output=True, text=True, timeout=120)
 
 
+#: a plugin file registering the example provider (treg.testing.example_provider) at an upstream, as an
+#: operator installs a provider in ``TREG_PLUGINS_DIR``
+EXAMPLE_PLUGIN = """
+from treg import hookimpl
+from treg.testing import example_provider
+
+
+@hookimpl
+def treg_register_providers():
+    return [example_provider({url!r} + "/v1")]
+"""
+
+
+def example_provider_env(folder: Path, dsn: str, secret_key: str, upstream_url: str, **extra: str) -> dict[str, str]:
+    """``treg_env`` of a deployment selling the example provider at ``upstream_url`` on the platform tier:
+    its plugin file in ``folder/plugins``, ``TREG_PLATFORM_KEY_ACME`` set, loopback upstreams allowed,
+    its home in ``folder/home``; ``extra`` settings on top."""
+    plugins = folder / "plugins"
+    plugins.mkdir()
+    (plugins / "acme_fake.py").write_text(EXAMPLE_PLUGIN.format(url=upstream_url))
+    settings = {"TREG_SECRET_KEY": secret_key, "TREG_SSRF_ALLOW": "127.0.0.0/8", "TREG_PLUGINS_DIR": str(plugins),
+                "TREG_PLATFORM_KEY_ACME": "pk", **extra}
+    return treg_env(folder / "home", dsn, **settings)
+
+
+async def credited_org(env: dict[str, str], slug: str, micro: int) -> dict[str, Any]:
+    """``treg init`` of an org (its ``org_id``, ``token``, …), then ``treg credits grant`` of ``micro``."""
+    done = await asyncio.to_thread(run_treg, env, "init", "--org", slug, "--email", f"o@{slug}.test")
+    assert done.returncode == 0, done.stderr
+    granted = await asyncio.to_thread(run_treg, env, "credits", "grant", "--org", slug, "--micro", str(micro))
+    assert granted.returncode == 0, granted.stderr
+    return dict(json.loads(done.stdout))
+
+
 def run_treg(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "treg", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
