@@ -172,6 +172,23 @@ async def test_a_failing_leased_close_is_retried_and_written_once(leasing, dsn, 
     assert books["open"] == 0 and books["settled"] == 4 * PRICE
 
 
+async def test_connections_cut_under_leased_calls_are_reopened(leasing, dsn):
+    """Every treg connection is terminated (as a database restart does) while a lease serves: the next
+    calls' leased closes, and the lease's return, are written on new connections, once each."""
+    gw = leasing
+    svc = gw.services
+    assert (await gw.client.get(PATH, headers=gw.owner)).status == 200  # a lease placed, one call on it
+    await asyncio.to_thread(run_sql, dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    statuses = [(await gw.client.get(PATH, headers=gw.owner)).status for _ in range(6)]
+    await asyncio.wait_for(svc.settler.drain(), 30)
+    ok = statuses.count(200)
+    assert ok >= 4, statuses
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == (1 + ok) * PRICE
+    assert svc.settler.leases.placed >= 2 and svc.settler.leases.live == 0
+
+
 async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, dsn):
     """A leased close the settler cannot write within its retries: its lease is never returned by the
     process (a return would release the calls' amounts with their closes missing); the reaper releases
