@@ -34,8 +34,10 @@ from treg.redaction import MASK, mask_userinfo
 from treg.web import forwarded
 
 #: at most this many access lines are formatted in one batch: a bound on memory between two timer
-#: flushes, and on how long one batch holds the loop (docs/performance.md, round 4)
-LINES_MAX = 256
+#: flushes, and on how long one batch holds the loop — a full batch is written inside the request
+#: callback that fills it (256 lines held a call at c=1 for ~0.8 ms; 32 for ~0.1 ms: docs/performance.md,
+#: rounds 4 and 8)
+LINES_MAX = 32
 #: the line's text after the timestamp and level, as ``logging`` would format the record
 MESSAGE = "%s %s %s %s %.1fms"
 LOGGER = "aiohttp.access"
