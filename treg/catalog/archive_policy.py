@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Literal
 from urllib.parse import unquote_plus
 
 from treg.bindings import Binding
-from treg.catalog.descriptors import open_descriptor
+from treg.catalog.descriptors import is_int, open_descriptor
 
 CACHE_PRICES = ("full", "repeat", "free")
 SCOPES = ("org", "global")
@@ -48,10 +48,6 @@ class ArchivePolicy:
         return out
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def check_row(raw: Any, method: str, price: Any, spooled: bool,
               bad: Callable[[str, str], None]) -> ArchivePolicy | None:
     """The row's ``archive`` field validated (None: absent, or a problem reported through ``bad(field,
@@ -61,14 +57,14 @@ def check_row(raw: Any, method: str, price: Any, spooled: bool,
         return None
     raw, fail = opened
     ttl = raw.get("ttl_s")
-    if not _is_int(ttl) or not 1 <= ttl <= MAX_TTL_S:
+    if not is_int(ttl) or not 1 <= ttl <= MAX_TTL_S:
         fail("archive.ttl_s", f"{ttl!r} must be a whole number of seconds, 1 to {MAX_TTL_S}")
     cache_price = raw.get("cache_price", "full")
     if cache_price not in CACHE_PRICES:
         fail("archive.cache_price", f"{cache_price!r} is not one of {', '.join(CACHE_PRICES)}")
     repeat = raw.get("repeat_price_micro")
     if cache_price == "repeat":
-        if not _is_int(repeat) or not 0 <= repeat <= MAX_MICRO:
+        if not is_int(repeat) or not 0 <= repeat <= MAX_MICRO:
             fail("archive.repeat_price_micro", f"{repeat!r} must be a whole number of micro-USD, 0 to {MAX_MICRO}")
         elif price is not None and price.kind == "per_call" and repeat > price.per_call_micro:
             fail("archive.repeat_price_micro", f"{repeat} is more than the endpoint's own price "

@@ -36,3 +36,10 @@ def open_descriptor(raw: Any, name: str, shape: str, keys: Collection[str],
     for key in sorted(set(raw) - set(keys)):
         fail(f"{name}.{key}", f"unknown {name} field; known: {sorted(keys)}")
     return raw, fail
+
+
+def is_int(v: Any) -> bool:
+    """A JSON integer as a row field must be one: an ``int`` that is not a ``bool`` (``True`` is an int
+    to Python, never a count or a price to a catalog row)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Sequence
 from urllib.parse import quote, unquote_plus
 
+from treg.catalog.descriptors import is_int
 from treg.catalog.errors import InvalidParameters
 from treg.catalog.placeholders import decode_query_value
 from treg.http_grammar import CTL
@@ -106,10 +107,6 @@ class Applied:
 NOTHING = Applied()
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def parse(raw: Any, report: Report, *, method: str, params: Sequence[Any], slots: Sequence[str],
           strict_query: bool, body_allowlist: bool) -> tuple[Guard, ...]:
     """The row's ``guards`` (every problem reported; the valid ones returned)."""
@@ -143,7 +140,7 @@ def parse(raw: Any, report: Report, *, method: str, params: Sequence[Any], slots
         bounds = {}
         for key in ("min", "max", "default"):
             value = item.get(key)
-            if value is not None and (not _is_int(value) or abs(value) > BOUND_MAX):
+            if value is not None and (not is_int(value) or abs(value) > BOUND_MAX):
                 bad(key, f"must be a whole number between -{BOUND_MAX} and {BOUND_MAX}")
                 value = None
             bounds[key] = value
@@ -237,7 +234,7 @@ def apply(guards: Sequence[Guard], query: Sequence[tuple[str, str | None]], body
                 added_query.append((quote(g.param, safe=""), str(g.default)))
         elif g.param in obj:
             value = obj[g.param]
-            if not _is_int(value):
+            if not is_int(value):
                 raise g.refusal(f"is {json.dumps(value)[:40]}, not a JSON integer")
             if not g.within(value):
                 raise g.refusal(f"is {value}")

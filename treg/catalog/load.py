@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from treg import http_grammar
 from treg.bindings import Binding, Injector, format_fields
 from treg.catalog import guards as guard_rows, managed as managed_rows, success as success_rules
+from treg.catalog.descriptors import is_int
 from treg.catalog.errors import CatalogError, Problem
 from treg.catalog.model import SLOT, Endpoint, Param, Price, Provider, RateLimit, UsageTerm
 from treg.catalog.registry import CatalogRegistry
@@ -70,12 +71,8 @@ class _Collector:
         self.problems.append(Problem(plugin, row, field, message))
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_number(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    return (is_int(v) or isinstance(v, float)) and math.isfinite(v)
 
 
 def _loopback(hostname: str) -> bool:
@@ -182,7 +179,7 @@ class _Loader:
         if raw_rate is not None:
             if not isinstance(raw_rate, Mapping) or set(raw_rate) != {"limit", "window_s"}:
                 add(plugin, row, "rate_limit", "must be {\"limit\": calls, \"window_s\": seconds}")
-            elif not _is_int(raw_rate["limit"]) or raw_rate["limit"] < 1:
+            elif not is_int(raw_rate["limit"]) or raw_rate["limit"] < 1:
                 add(plugin, row, "rate_limit.limit", "must be a whole number of calls ≥ 1")
             elif not _is_number(raw_rate["window_s"]) or raw_rate["window_s"] <= 0:
                 add(plugin, row, "rate_limit.window_s", "must be a number of seconds > 0")
@@ -428,7 +425,7 @@ class _Loader:
                 add(plugin, row, f"{where}.aggregator", f"{name!r} is listed twice (one call tries one aggregator once)")
                 continue
             price = item.get("price_micro")
-            if not _is_int(price) or not 0 <= price <= MAX_MICRO:
+            if not is_int(price) or not 0 <= price <= MAX_MICRO:
                 add(plugin, row, f"{where}.price_micro", f"{price!r} must be a whole number of micro-USD, 0 to {MAX_MICRO}")
                 continue
             fields = {k: v for k, v in item.items() if k not in ("aggregator", "price_micro")}
@@ -526,7 +523,7 @@ class _Loader:
             bounds = []
             for key in ("min_items", "max_items"):
                 value = item.get(key)
-                if value is not None and (not _is_int(value) or value < 0):
+                if value is not None and (not is_int(value) or value < 0):
                     add(plugin, row, f"{where}.{key}", "must be a whole number ≥ 0")
                     value = False
                 bounds.append(value)
@@ -579,7 +576,7 @@ class _Loader:
                     f"{sorted(set(raw) - {'per_call_micro'})}")
                 return None
             n = raw["per_call_micro"]
-            if not _is_int(n) or not 0 <= n <= MAX_MICRO:
+            if not is_int(n) or not 0 <= n <= MAX_MICRO:
                 add(plugin, row, "price.per_call_micro", f"{n!r} must be a whole number of micro-USD, 0 to {MAX_MICRO}")
                 return None
             return Price(kind="per_call", per_call_micro=n)
@@ -611,7 +608,7 @@ class _Loader:
                     return None
                 terms.append(UsageTerm(path, dec))
             est = raw["estimate_micro"]
-            if not _is_int(est) or not 0 <= est <= MAX_MICRO:
+            if not is_int(est) or not 0 <= est <= MAX_MICRO:
                 add(plugin, row, "price.estimate_micro", f"{est!r} must be a whole number of micro-USD, 0 to {MAX_MICRO}")
                 return None
             if est == 0 and any(t.micro_per_unit > 0 for t in terms):
@@ -634,7 +631,7 @@ class _Loader:
             add(plugin, row, "price.table.prices", "must be a non-empty dict of value → micro-USD")
             return None
         for key, n in prices.items():
-            if not isinstance(key, str) or not _is_int(n) or not 0 <= n <= MAX_MICRO:
+            if not isinstance(key, str) or not is_int(n) or not 0 <= n <= MAX_MICRO:
                 add(plugin, row, f"price.table.prices.{key}", f"{n!r} must be a whole number of micro-USD, 0 to "
                     f"{MAX_MICRO}, keyed by a string value")
                 return None
@@ -696,7 +693,7 @@ def matches_json(value: Any, ptype: str | None) -> bool:
         return True
     return {
         "string": isinstance(value, str),
-        "integer": _is_int(value),
+        "integer": is_int(value),
         "number": _is_number(value),
         "boolean": isinstance(value, bool),
         "array": isinstance(value, list),
