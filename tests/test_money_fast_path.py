@@ -21,30 +21,11 @@ from treg.keys import SERVICES
 from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
-                          example_provider, example_provider_env, http_response, open_services, raw_upstream,
-                          serve_pair, stop_all, within)
+                          example_provider, example_provider_env, hold_close_fault, http_response, open_services,
+                          raw_upstream, serve_pair, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
-
-#: a fault put in the database by the tests below: every close of a hold (an UPDATE of its state) fails
-#: with the given error code while the flag row exists, as a database that is down, or a statement
-#: timeout, fails it
-_FAULT = """
-CREATE TABLE IF NOT EXISTS test_close_fault (code text NOT NULL);
-CREATE OR REPLACE FUNCTION test_close_fault() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE c text;
-BEGIN
-    SELECT code INTO c FROM test_close_fault LIMIT 1;
-    IF c IS NOT NULL AND NEW.state <> 'held' THEN
-        RAISE EXCEPTION 'the close of % fails (test fault)', NEW.id USING ERRCODE = c;
-    END IF;
-    RETURN NEW;
-END $$;
-DROP TRIGGER IF EXISTS test_close_fault ON holds;
-CREATE TRIGGER test_close_fault BEFORE UPDATE ON holds FOR EACH ROW EXECUTE FUNCTION test_close_fault();
-"""
-
 
 def _sql(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
     conn = psycopg2.connect(dsn)
@@ -55,14 +36,6 @@ def _sql(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
             return cur.fetchall() if cur.description else []
     finally:
         conn.close()
-
-
-def _fault(dsn: str, code: str | None) -> None:
-    """Closes of holds fail with SQLSTATE ``code`` from now on (None: they work again)."""
-    _sql(dsn, _FAULT)
-    _sql(dsn, "DELETE FROM test_close_fault")
-    if code is not None:
-        _sql(dsn, "INSERT INTO test_close_fault VALUES (%s)", code)
 
 
 @pytest.fixture
@@ -120,7 +93,7 @@ async def test_a_failing_close_is_retried_and_written_once(platform, dsn, code):
     gw, _ = platform
     svc = gw.services
     await gw.call("GET", PATH)
-    await asyncio.to_thread(_fault, dsn, code)
+    await asyncio.to_thread(hold_close_fault, dsn, code)
     try:
         r = await asyncio.wait_for(gw.client.get(PATH, headers=gw.owner), 10)  # not the gateway's call: it drains
         assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
@@ -128,7 +101,7 @@ async def test_a_failing_close_is_retried_and_written_once(platform, dsn, code):
         await asyncio.sleep(0.5)
         assert await money.hold_state(svc, call_id) == "held"  # the close is being retried
     finally:
-        await asyncio.to_thread(_fault, dsn, None)
+        await asyncio.to_thread(hold_close_fault, dsn, None)
     await asyncio.wait_for(svc.settler.drain(), 30)
     assert await money.hold_state(svc, call_id) == "settled"
     books = await check_books(svc, gw.org["org_id"])
@@ -202,7 +175,7 @@ async def test_killed_between_the_answer_and_its_close_the_reaper_closes_the_hol
                     return await asyncio.to_thread(_sql, dsn, "SELECT state FROM holds WHERE id = %s",
                                                    warm["X-Treg-Call-Id"]) == [("settled",)]
                 await within(10, warm_closed)
-                await asyncio.to_thread(_fault, dsn, "57014")  # closes cannot be written from here on
+                await asyncio.to_thread(hold_close_fault, dsn, "57014")  # closes cannot be written from here on
                 status, _, headers = await api.req("GET", "/catalog/call/acme.items.get?item_id=k", org["token"])
                 assert status == 200 and headers["X-Treg-Cost-Micro"] == str(PRICE)
                 call_id = headers["X-Treg-Call-Id"]
@@ -215,7 +188,7 @@ async def test_killed_between_the_answer_and_its_close_the_reaper_closes_the_hol
             assert first.wait(10) == -signal.SIGKILL
         finally:
             first.kill()
-            await asyncio.to_thread(_fault, dsn, None)
+            await asyncio.to_thread(hold_close_fault, dsn, None)
         assert await asyncio.to_thread(_sql, dsn, "SELECT state FROM holds WHERE id = %s", call_id) == [("held",)]
         # the lease ends (TREG_HOLD_TTL_S later: moved here instead of waited for)
         await asyncio.to_thread(_sql, dsn, "UPDATE holds SET expires_at = now() WHERE id = %s", call_id)

@@ -20,37 +20,12 @@ from treg import membership, money, reaper
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
-                          example_provider, example_provider_env, http_response, open_services, raw_upstream, run_sql,
-                          serve_pair, stop_all, within)
+                          example_provider, example_provider_env, hold_close_fault, http_response, open_services,
+                          raw_upstream, run_sql, serve_pair, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
 LEASE_CALLS = 4
-
-#: a fault: every leased close (the INSERT of a call's closed hold row) fails with the given SQLSTATE
-#: while the flag row exists, as a statement timeout or a database going away fails it
-_INSERT_FAULT = """
-CREATE TABLE IF NOT EXISTS test_insert_fault (code text NOT NULL);
-CREATE OR REPLACE FUNCTION test_insert_fault() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE c text;
-BEGIN
-    SELECT code INTO c FROM test_insert_fault LIMIT 1;
-    IF c IS NOT NULL AND NEW.state <> 'held' THEN
-        RAISE EXCEPTION 'the leased close of %% fails (test fault)', NEW.id USING ERRCODE = c;
-    END IF;
-    RETURN NEW;
-END $$;
-DROP TRIGGER IF EXISTS test_insert_fault ON holds;
-CREATE TRIGGER test_insert_fault BEFORE INSERT ON holds FOR EACH ROW EXECUTE FUNCTION test_insert_fault();
-"""
-
-
-def _fault(dsn: str, code: str | None) -> None:
-    run_sql(dsn, _INSERT_FAULT)
-    run_sql(dsn, "DELETE FROM test_insert_fault")
-    if code is not None:
-        run_sql(dsn, "INSERT INTO test_insert_fault VALUES (%s)", code)
-
 
 @pytest.fixture
 async def leasing(aiohttp_client, make_app):
@@ -157,7 +132,7 @@ async def test_a_failing_leased_close_is_retried_and_written_once(leasing, dsn, 
     svc = gw.services
     assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
     await svc.settler.drain()
-    await asyncio.to_thread(_fault, dsn, code)
+    await asyncio.to_thread(hold_close_fault, dsn, code)
     try:
         answers = [await asyncio.wait_for(gw.client.get(PATH, headers=gw.owner), 10) for _ in range(3)]
         assert [r.status for r in answers] == [200] * 3
@@ -165,7 +140,7 @@ async def test_a_failing_leased_close_is_retried_and_written_once(leasing, dsn, 
         call_ids = [r.headers["X-Treg-Call-Id"] for r in answers]
         assert [await money.hold_state(svc, c) for c in call_ids] == [None] * 3  # their rows not written yet
     finally:
-        await asyncio.to_thread(_fault, dsn, None)
+        await asyncio.to_thread(hold_close_fault, dsn, None)
     await asyncio.wait_for(svc.settler.drain(), 30)
     assert [await money.hold_state(svc, c) for c in call_ids] == ["settled"] * 3
     books = await check_books(svc, gw.org["org_id"])
@@ -196,13 +171,13 @@ async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, d
     gw = leasing
     svc = gw.services
     svc.settler.retry_for_s = 0.3
-    await asyncio.to_thread(_fault, dsn, "57014")
+    await asyncio.to_thread(hold_close_fault, dsn, "57014")
     try:
         answers = [await gw.client.get(PATH, headers=gw.owner) for _ in range(2)]
         assert [r.status for r in answers] == [200, 200]
         await asyncio.wait_for(svc.settler.drain(), 10)  # the lease retired, its closes given up
     finally:
-        await asyncio.to_thread(_fault, dsn, None)
+        await asyncio.to_thread(hold_close_fault, dsn, None)
     assert svc.settler.left_to_reaper == 3  # the two closes, and the lease's return after them
     call_ids = [r.headers["X-Treg-Call-Id"] for r in answers]
     [(lease_id, state)] = await asyncio.to_thread(run_sql, dsn, "SELECT id, state FROM holds WHERE lease")
@@ -272,7 +247,7 @@ async def test_killed_with_a_lease_open_the_reaper_releases_it_and_the_calls_say
                     return await asyncio.to_thread(run_sql, dsn, "SELECT state FROM holds WHERE id = %s",
                                                    warm["X-Treg-Call-Id"]) == [("settled",)]
                 await within(10, warm_closed)
-                await asyncio.to_thread(_fault, dsn, "57014")  # leased closes cannot be written from here on
+                await asyncio.to_thread(hold_close_fault, dsn, "57014")  # leased closes cannot be written from here on
                 killed = []
                 for i in range(3):
                     status, _, headers = await api.req("GET", f"/catalog/call/acme.items.get?item_id=k{i}",
@@ -289,7 +264,7 @@ async def test_killed_with_a_lease_open_the_reaper_releases_it_and_the_calls_say
             assert first.wait(10) == -signal.SIGKILL
         finally:
             first.kill()
-            await asyncio.to_thread(_fault, dsn, None)
+            await asyncio.to_thread(hold_close_fault, dsn, None)
         open_leases = await asyncio.to_thread(run_sql, dsn, "SELECT id FROM holds WHERE lease AND state = 'held' "
                                                             "AND org_id = %s", org["org_id"])
         assert open_leases

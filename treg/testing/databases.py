@@ -69,6 +69,33 @@ def run_sql(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+#: a fault put in a test's database: every close of a hold fails with the given SQLSTATE while the flag
+#: row exists, as a database that is down, or a statement timeout, fails it — an UPDATE of a hold's state
+#: (``treg_close_holds``) and the INSERT of a leased call's closed row (``treg_close_leased``) alike
+_CLOSE_FAULT = """
+CREATE TABLE IF NOT EXISTS test_close_fault (code text NOT NULL);
+CREATE OR REPLACE FUNCTION test_close_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE c text;
+BEGIN
+    SELECT code INTO c FROM test_close_fault LIMIT 1;
+    IF c IS NOT NULL AND NEW.state <> 'held' THEN
+        RAISE EXCEPTION 'the close of %% fails (test fault)', NEW.id USING ERRCODE = c;
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS test_close_fault ON holds;
+CREATE TRIGGER test_close_fault BEFORE INSERT OR UPDATE ON holds FOR EACH ROW EXECUTE FUNCTION test_close_fault();
+"""
+
+
+def hold_close_fault(dsn: str, code: str | None) -> None:
+    """Closes of holds fail with SQLSTATE ``code`` from now on (None: they work again)."""
+    run_sql(dsn, _CLOSE_FAULT)
+    run_sql(dsn, "DELETE FROM test_close_fault")
+    if code is not None:
+        run_sql(dsn, "INSERT INTO test_close_fault VALUES (%s)", code)
+
+
 def _admin(base: str) -> Any:
     conn = psycopg2.connect(base)
     conn.autocommit = True
