@@ -196,6 +196,35 @@ def _leasing_env(tmp_path: Any, dsn: str, settings: Any, up_url: str, **more: st
                                 TREG_MONEY_LEASE_CALLS=str(LEASE_CALLS), **more)
 
 
+async def test_sixteen_calls_on_credit_for_ten_across_two_leasing_processes_charge_exactly_ten(dsn, settings,
+                                                                                               tmp_path):
+    """issue 23's rule with every key leasing from its first hold: credit for 10 leaves no headroom for a
+    lease, so each call holds its own and the last credits go one by one, whichever process asks."""
+    async with raw_upstream() as up:
+        env = _leasing_env(tmp_path, dsn, settings, up.url)
+        org = await credited_org(env, "tenner", 10 * PRICE)
+        a, b = await serve_pair(env, tmp_path)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+                A, B = Api(session, a.base), Api(session, b.base)
+                results = await asyncio.gather(*(
+                    (A if i % 2 else B).req("GET", f"/catalog/call/acme.items.get?item_id=t{i}", org["token"])
+                    for i in range(16)))
+        finally:
+            codes = await stop_all(a, b)
+    assert_clean_exits(codes, a, b)
+    ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
+    refused = [body["error"] for status, body, _ in results if status == 402]
+    assert len(ok) == 10 and sum(ok) == 10 * PRICE and refused == ["insufficient_balance"] * 6
+    svc = await open_services(dsn, settings)
+    try:
+        books = await check_books(svc, org["org_id"])
+        assert books["open"] == 0 and books["settled"] == 10 * PRICE and books["balance"] == 0
+        assert not any(h["lease"] for h in books["holds"])
+    finally:
+        await svc.db.close()
+
+
 async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, settings, tmp_path):
     """Credit for 60 calls, 100 calls through two processes that both lease, 16 at a time each: never
     more than 60 charged, every charge on the books exactly once, and nothing left held after both stop."""

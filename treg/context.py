@@ -132,7 +132,7 @@ class Services:
         default_factory=lambda: BoundedMemo(256))
     #: a catalog call's checked request and ladder decision, by (endpoint, request shape, the org's
     #: credentials for its provider): a bodiless request seen before skips check_request and plan_call
-    #: (treg/call/catalog_stage.py ``planned``; a speed trick, docs/performance.md round 8)
+    #: (treg/call/catalog_stage.py ``plan_key``; a speed trick, docs/performance.md round 8)
     catalog_plans: BoundedMemo[tuple[Any, ...], tuple[Any, Any]] = field(default_factory=lambda: BoundedMemo(4096))
     #: the session overflow's aggregator runs use (treg/call/overflow_stage.py ``setup``): operator-configured
     #: hosts, plain JSON exchanges, not the faithful upstream session; the null session until it opens

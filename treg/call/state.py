@@ -53,7 +53,8 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
         *(credential_kind(t.bindings) if t else (None, None)), state.ident.scope == DEMO, None, None,
-        state.hold.lease_id if state.hold is not None else None, inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
+        state.hold.lease_id if state.hold is not None else None,
+        inp.user_agent[:USER_AGENT_MAX] if inp.user_agent is not None else None, state.capacity_probe is not None,
         ", ".join(state.smoothed) or None, state.result_reason, state.cache_admission)
     if t is not None and t.hub is not None:  # a hub call: the caller's view, and the publisher's row beside it
         return hub_views.audit_rows(rec, state.ident, t, lambda: hub_views.sent(inp, state.redactor),

@@ -63,7 +63,7 @@ class InlineSettler:
         self._db = db
 
     async def close(self, hold: Hold, close: Close) -> bool:
-        if hold.lease_id is not None:  # never taken here; a hold handed over from a stopped server's settler
+        if hold.lease_id is not None:  # never taken here, but its charge must not be lost if one arrives
             close = Close(close.call_id, close.state, close.observed_micro, hold.lease_id, hold.amount_micro)
             return bool(await holds.close_leased_on(self._db, [close]))
         return bool(await holds.close_on(self._db, [close]))
