@@ -89,6 +89,10 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
             env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
             env.update(TREG_HOME=str(Path(tmp) / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
                        TREG_HOST="127.0.0.1", TREG_PORT=str(free_port()), TREG_LOG_LEVEL=opts.treg_log_level)
+            # an experiment's setting (``--treg-setting``); the run's own ones above are not overridden
+            env.update((k, v) for k, v in opts.treg_setting if k not in env)
+            if opts.treg_setting:
+                result["treg_settings"] = {k: env[k] for k, _ in opts.treg_setting}
             if "slow" in only:
                 # one upstream connection per held stream, plus room for the short calls: at the default
                 # pool size (256) the rest would queue for a free connection (an operator's setting)
@@ -318,6 +322,9 @@ def render(result: dict[str, Any]) -> str:
              f"interleaved; treg log level {result['treg_log_level']}; pinning: {result.get('pinning', 'off')}",
              f"load average at the start: {', '.join(f'{x:.2f}' for x in result['load_average'])}; parts: "
              f"{', '.join(result['parts'])}", ""]
+    if result.get("treg_settings"):  # an experiment: say so above the figures
+        lines.insert(-1, "treg settings (not as shipped): "
+                     + ", ".join(f"{k}={v}" for k, v in result["treg_settings"].items()))
     head = (f"{'target':<9} {'conc':>4} {'requests':>8} {'errors':>6} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
             f"{'p99.9 ms':>8} {'max ms':>8} {'srv µs/req':>10} {'srv CPU%':>8} {'up CPU%':>7} {'gen CPU%':>8} "
             f"{'busy%':>6}")
@@ -416,6 +423,13 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _setting_arg(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("TREG_"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TREG_NAME=VALUE")
+    return name, value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=DESCRIPTION)
     p.add_argument("--requests", type=int, default=10000, help="measured requests per round at concurrency > 1")
@@ -445,6 +459,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pin", choices=("auto", "off"), default="auto",
                    help="auto: with 2+ CPUs, the relay under test alone on one CPU, the rest on the others")
     p.add_argument("--treg-log-level", default="INFO", help="TREG_LOG_LEVEL of the treg server (INFO: as shipped)")
+    p.add_argument("--treg-setting", metavar="NAME=VALUE", action="append", default=[], type=_setting_arg,
+                   help="a TREG_ setting of the treg server (repeatable; an experiment: the figures are of "
+                        "treg as shipped without it)")
     p.add_argument("--dsn", help="database for treg (default: TREG_DATABASE_URL, else an embedded server "
                                  "of the run's own; only that one is pinned)")
     p.add_argument("--treg-log", metavar="FILE", help="keep treg's log (stderr) in FILE")
