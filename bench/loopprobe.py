@@ -18,7 +18,9 @@ Not part of treg: a measuring aid of the benchmark (docs/performance.md, round 4
 ``PROBE_NO_AUDIT=1`` turns the audit rows off (an experiment: what the audit path costs the tail);
 ``PROBE_NO_AUDIT_DB=1`` builds, queues and encodes them but does not send the statement (what the
 database's share of it costs); ``PROBE_CPROFILE=FILE`` profiles the serving process with cProfile
-from its 2 000th call and writes the stats to FILE at exit (slow: an order of the costs, not their size).
+from its 2 000th call and writes the stats to FILE at exit (slow: an order of the costs, not their size);
+``PROBE_LEAN_CALLS=1`` drops the ``calls`` table's foreign key and four filter indexes before serving
+(an experiment on the benchmark's own database: what the indexes cost the tail, round 9).
 """
 import asyncio, atexit, gc, json, os, sys, time, collections
 
@@ -172,6 +174,17 @@ if os.environ.get("PROBE_CPROFILE"):  # a deterministic profile of the serving p
         return await _profiled_handle(request, surface)
     _call.handle = _profiling_handle
     atexit.register(lambda: (_prof.disable(), _prof.dump_stats(os.environ["PROBE_CPROFILE"])))
+if os.environ.get("PROBE_LEAN_CALLS"):  # an experiment: `calls` with its key and (org_id, created_at) only
+    import psycopg2
+    from treg.infra import migrate as _migrate
+    _migrate.upgrade(os.environ["TREG_DATABASE_URL"])
+    _c = psycopg2.connect(os.environ["TREG_DATABASE_URL"]); _c.autocommit = True
+    with _c.cursor() as _cur:
+        _cur.execute("ALTER TABLE calls DROP CONSTRAINT IF EXISTS fk_calls_org_id_orgs")
+        for _ix in ("ix_calls_org_id_member_id_created_at", "ix_calls_org_id_outcome_created_at",
+                    "ix_calls_org_id_tool_name_created_at", "ix_calls_org_id_created_at_upstream_failed"):
+            _cur.execute(f"DROP INDEX IF EXISTS {_ix}")
+    _c.close()
 sys.argv = ["treg", *sys.argv[1:]]
 from treg.cli import main
 raise SystemExit(main())
