@@ -20,7 +20,8 @@ Not part of treg: a measuring aid of the benchmark (docs/performance.md, round 4
 database's share of it costs); ``PROBE_CPROFILE=FILE`` profiles the serving process with cProfile
 from its 2 000th call and writes the stats to FILE at exit (slow: an order of the costs, not their size);
 ``PROBE_LEAN_CALLS=1`` drops the ``calls`` table's foreign key and four filter indexes before serving
-(an experiment on the benchmark's own database: what the indexes cost the tail, round 9).
+(an experiment on the benchmark's own database: what the indexes cost the tail, round 9);
+``=fk`` drops the foreign key alone, ``=outcome`` that and makes the outcome index partial.
 """
 import asyncio, atexit, gc, json, os, sys, time, collections
 
@@ -181,8 +182,13 @@ if os.environ.get("PROBE_LEAN_CALLS"):  # an experiment: `calls` with its key an
     _c = psycopg2.connect(os.environ["TREG_DATABASE_URL"]); _c.autocommit = True
     with _c.cursor() as _cur:
         _cur.execute("ALTER TABLE calls DROP CONSTRAINT IF EXISTS fk_calls_org_id_orgs")
-        for _ix in ("ix_calls_org_id_member_id_created_at", "ix_calls_org_id_outcome_created_at",
-                    "ix_calls_org_id_tool_name_created_at", "ix_calls_org_id_created_at_upstream_failed"):
+        if os.environ["PROBE_LEAN_CALLS"] == "outcome":  # and the outcome index only for the rarer outcomes
+            _cur.execute("DROP INDEX ix_calls_org_id_outcome_created_at")
+            _cur.execute("CREATE INDEX ix_calls_org_id_outcome_created_at ON calls (org_id, outcome, created_at) "
+                         "WHERE outcome <> 'ok'")
+        for _ix in () if os.environ["PROBE_LEAN_CALLS"] in ("fk", "outcome") else (
+                "ix_calls_org_id_member_id_created_at", "ix_calls_org_id_outcome_created_at",
+                "ix_calls_org_id_tool_name_created_at", "ix_calls_org_id_created_at_upstream_failed"):
             _cur.execute(f"DROP INDEX IF EXISTS {_ix}")
     _c.close()
 sys.argv = ["treg", *sys.argv[1:]]
