@@ -4,6 +4,7 @@ guarded by TREG_METRICS_TOKEN (401) or, unset, by the loopback address (403)."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -164,3 +165,29 @@ async def test_a_scrape_answers_without_money_when_the_database_does_not():
     assert value(figures, "treg_metrics_money_ok") == 0
     assert ("treg_holds_open", ()) not in figures
     assert value(figures, "treg_db_pool_connections", state="in_use") == 3
+
+
+def _documented_series() -> set[str]:
+    """The metric names of docs/operations.md's "Series" table (a counter's without ``_total``, as the
+    exposition's family names are)."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    table = doc.split("**Series.**", 1)[1].split("\n\n", 2)[1]
+    names = set()
+    for line in table.splitlines()[2:]:
+        name = line.split("|")[1].strip().strip("`")
+        names.add(name[:-len("_total")] if name.endswith("_total") else name)
+    return names
+
+
+async def test_the_series_table_and_the_exposition_name_the_same_metrics(gateway):
+    """docs/operations.md's table of series against what a scrape exposes, both ways."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{gateway.client.port}/metrics") as resp:
+            assert resp.status == 200
+            exposed = {f.name for f in text_string_to_metric_families(await resp.text())
+                       if f.name.startswith("treg_")}
+    documented = _documented_series()
+    # prometheus-client's counters add their creation time as a series of its own (the table says so)
+    exposed = {n for n in exposed if not (n.endswith("_created") and n[:-len("_created")] in documented)}
+    assert exposed - documented == set(), "exposed but not in docs/operations.md"
+    assert documented - exposed == set(), "documented but not exposed"

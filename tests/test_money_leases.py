@@ -326,3 +326,51 @@ async def test_killed_with_a_lease_open_the_reaper_releases_it_and_the_calls_say
         assert await reaper.reap_orphans(svc, older_than_s=0) == 0  # a second sweep finds nothing more
     finally:
         await svc.db.close()
+
+
+async def _lease_figures(gw: Gateway) -> dict[str, float]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{gw.client.port}/metrics") as resp:
+            assert resp.status == 200
+            text = await resp.text()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "treg_credit_leases_total":
+                out[s.labels["event"]] = s.value
+            elif s.name == "treg_credit_leases_live":
+                out["live"] = s.value
+    return out
+
+
+async def test_metrics_count_the_leases_placed_returned_and_live(leasing):
+    """/metrics reports the process's leases: three placed by ten calls, live until the drain returns
+    them, then returned; none refused."""
+    gw = leasing
+    assert await _lease_figures(gw) == {"placed": 0, "refused": 0, "returned": 0, "live": 0}
+    for _ in range(10):
+        assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
+    mid = await _lease_figures(gw)
+    assert mid["placed"] == 3 and mid["refused"] == 0
+    assert mid["live"] == 3 - mid["returned"] and mid["live"] >= 1  # the last one serves calls for a second
+    await gw.services.settler.drain()
+    assert await _lease_figures(gw) == {"placed": 3, "refused": 0, "returned": 3, "live": 0}
+
+
+async def test_metrics_count_a_refused_lease(aiohttp_client, make_app):
+    """Credit for 20 calls leaves no headroom for a lease of four: the refusal is counted, and the call
+    places its own hold."""
+    async with raw_upstream(lambda ex: http_response(200, b'{"ok": true}', [("Content-Type", "application/json")])) as up:
+        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
+                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-platform")},
+                       money_lease_after=1, money_lease_calls=LEASE_CALLS)
+        client = await aiohttp_client(app)
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=20 * PRICE, actor="test")
+        assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
+        figures = await _lease_figures(gw)
+        assert figures == {"placed": 0, "refused": 1, "returned": 0, "live": 0}
+        await client.close()

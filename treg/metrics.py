@@ -20,7 +20,7 @@ import re
 from bisect import bisect_left
 from itertools import accumulate
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -55,6 +55,17 @@ _MONEY_SQL = (
     "coalesce(sum(settled_micro) FILTER (WHERE state <> 'held'), 0) AS charged_micro, "
     "coalesce(sum(amount_micro - settled_micro) FILTER (WHERE state <> 'held'), 0) AS released_micro "
     "FROM holds")
+
+
+class LeaseCounts(Protocol):
+    """What :meth:`Metrics.collect` reads of a process's credit leases (treg/money/leases.py ``Leases``)."""
+
+    placed: int
+    refused: int
+    returned: int
+
+    @property
+    def live(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -118,12 +129,17 @@ class Metrics(Collector):
         self.upstream: dict[str, _Latency] = {}
         self._bounds = (_Bounded(), _Bounded(), _Bounded(), _Bounded())
         self._db: Database | None = None
+        self._leases: LeaseCounts | None = None
         self._money: MoneyFigures | None = None
         r.register(self)
 
     def bind(self, db: "Database") -> None:
         """The database whose pool and money figures the scrape reports."""
         self._db = db
+
+    def bind_leases(self, leases: LeaseCounts) -> None:
+        """The serving process's credit leases (its settler's), reported per process."""
+        self._leases = leases
 
     def oauth_refresh(self, outcome: str) -> None:
         self.oauth_refreshes.labels(outcome=outcome).inc()
@@ -215,6 +231,17 @@ class Metrics(Collector):
         pool.add_metric(("in_use",), in_use)
         pool.add_metric(("idle",), idle)
         yield pool
+        # this process's credit leases (docs/money.md "Credit leases"); all 0 outside a serving process
+        leases = self._leases
+        events = CounterMetricFamily("treg_credit_leases", "Credit leases this process placed, was refused "
+                                     "(no headroom under a limit, or the placement failed) and returned",
+                                     labels=("event",))
+        for event in ("placed", "refused", "returned"):
+            events.add_metric((event,), getattr(leases, event) if leases is not None else 0)
+        yield events
+        yield GaugeMetricFamily("treg_credit_leases_live", "Credit leases this process holds now (serving calls, "
+                                "or waiting for their calls' closes before they are returned)",
+                                value=leases.live if leases is not None else 0)
         money = self._money
         yield GaugeMetricFamily("treg_metrics_money_ok", "1 when this scrape read the money figures",
                                 value=1 if money is not None else 0)

@@ -30,6 +30,7 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
                       lease_after=svc.settings.money_lease_after)
     settler.start()
     svc.settler = settler
+    svc.metrics.bind_leases(settler.leases)
 
     async def prune() -> None:
         n = await prune_evidence(svc)

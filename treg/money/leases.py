@@ -92,7 +92,7 @@ class Leases:
         self._placing: dict[Key, asyncio.Future[None]] = {}
         self._rate: dict[Key, list[float]] = {}
         self._cool: dict[Key, float] = {}
-        #: counters for tests and the benchmark
+        #: counters: /metrics (treg_credit_leases_total), the tests and the benchmark
         self.placed = 0
         self.refused = 0
         self.returned = 0
