@@ -10,11 +10,13 @@ the raw-socket upstream standing in for the vendor."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from treg import membership, money, reaper
 from treg.keys import SERVICES
@@ -27,20 +29,30 @@ PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
 LEASE_CALLS = 4
 
-@pytest.fixture
-async def leasing(aiohttp_client, make_app):
+@contextlib.asynccontextmanager
+async def _leasing_gateway(aiohttp_client: Any, make_app: Any, *, credit_calls: int,
+                           **settings: Any) -> AsyncIterator[Gateway]:
     """A gateway whose every platform-tier key leases from its first hold (``TREG_MONEY_LEASE_AFTER=1``),
-    four calls' worth at a time; the example provider on a raw upstream; credit for 500 calls."""
+    four calls' worth at a time; the example provider on a raw upstream; credit for ``credit_calls``."""
     async with raw_upstream(lambda ex: http_response(200, b'{"ok": true}', [("Content-Type", "application/json")])) as up:
         app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
                        ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-platform")},
-                       money_lease_after=1, money_lease_calls=LEASE_CALLS, audit_flush_ms=600_000)
+                       money_lease_after=1, money_lease_calls=LEASE_CALLS, **settings)
         client = await aiohttp_client(app)
         org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
         gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=500 * PRICE, actor="test")
+        await money.grant(gw.services, org_id=org["org_id"], amount_micro=credit_calls * PRICE, actor="test")
+        try:
+            yield gw
+        finally:
+            await client.close()
+
+
+@pytest.fixture
+async def leasing(aiohttp_client, make_app):
+    """:func:`_leasing_gateway` with credit for 500 calls."""
+    async with _leasing_gateway(aiohttp_client, make_app, credit_calls=500, audit_flush_ms=600_000) as gw:
         yield gw
-        await client.close()
 
 
 async def _calls_rows(svc: Any, org_id: str) -> dict[str, tuple[Any, ...]]:
@@ -108,22 +120,14 @@ async def test_a_lease_covers_what_its_calls_hold_while_they_run(leasing):
 async def test_near_the_limit_every_call_places_its_own_hold(aiohttp_client, make_app):
     """Credit for 20 calls leaves no headroom for a lease of 4 (it needs 8 leases' worth beside it): 30
     calls at once charge exactly 20, each on its own hold, and the other 10 are refused."""
-    async with raw_upstream(lambda ex: http_response(200, b'{"ok": true}', [("Content-Type", "application/json")])) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
-                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-platform")},
-                       money_lease_after=1, money_lease_calls=LEASE_CALLS)
-        client = await aiohttp_client(app)
-        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
-        gw = Gateway(client, org)
+    async with _leasing_gateway(aiohttp_client, make_app, credit_calls=20) as gw:
         svc = gw.services
-        await money.grant(svc, org_id=org["org_id"], amount_micro=20 * PRICE, actor="test")
         results = await asyncio.gather(*(gw.client.get(PATH, headers=gw.owner) for _ in range(30)))
         statuses = sorted(r.status for r in results)
         assert statuses == [200] * 20 + [402] * 10
         assert svc.settler.leases.placed == 0 and svc.settler.leases.refused >= 1
-        books = await check_books(svc, org["org_id"])
+        books = await check_books(svc, gw.org["org_id"])
         assert books["open"] == 0 and books["settled"] == 20 * PRICE and not any(h["lease"] for h in books["holds"])
-        await client.close()
 
 
 @pytest.mark.parametrize("code", ["57014", "08006"], ids=["statement-timeout", "connection-failure"])
@@ -333,8 +337,6 @@ async def _lease_figures(gw: Gateway) -> dict[str, float]:
         async with session.get(f"http://127.0.0.1:{gw.client.port}/metrics") as resp:
             assert resp.status == 200
             text = await resp.text()
-    from prometheus_client.parser import text_string_to_metric_families
-
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -362,15 +364,6 @@ async def test_metrics_count_the_leases_placed_returned_and_live(leasing):
 async def test_metrics_count_a_refused_lease(aiohttp_client, make_app):
     """Credit for 20 calls leaves no headroom for a lease of four: the refusal is counted, and the call
     places its own hold."""
-    async with raw_upstream(lambda ex: http_response(200, b'{"ok": true}', [("Content-Type", "application/json")])) as up:
-        app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
-                       ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-platform")},
-                       money_lease_after=1, money_lease_calls=LEASE_CALLS)
-        client = await aiohttp_client(app)
-        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
-        gw = Gateway(client, org)
-        await money.grant(gw.services, org_id=org["org_id"], amount_micro=20 * PRICE, actor="test")
+    async with _leasing_gateway(aiohttp_client, make_app, credit_calls=20) as gw:
         assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
-        figures = await _lease_figures(gw)
-        assert figures == {"placed": 0, "refused": 1, "returned": 0, "live": 0}
-        await client.close()
+        assert await _lease_figures(gw) == {"placed": 0, "refused": 1, "returned": 0, "live": 0}
