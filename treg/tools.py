@@ -25,10 +25,10 @@ from treg.infra import ssrf
 from treg.infra.db import Tx
 from treg.infra.schema import members, oauth_connections, projects, secrets, tools
 from treg.management import missing_ids, refuse_unknown_fields
+from treg.names import TOOL_NAME
 from treg.org_changes import changes
 from treg.redaction import MASK, mask_userinfo
 
-_TOOL_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
 _BINDING_KEYS = {"location", "name", "format", "secret_id", "connection_id", "platform_setting", "secret_field"}
 _SOURCES = ("secret_id", "connection_id", "platform_setting")
 _SETTING_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_]{0,127}\Z")
@@ -274,7 +274,7 @@ async def _check_scope(tx: Tx, org_id: str, project_id: Any, allowed: Any) -> No
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise BadRequest("a tool needs a non-empty name", code="invalid_name")
-    if not _TOOL_NAME.fullmatch(name):
+    if not TOOL_NAME.fullmatch(name):
         raise BadRequest("a tool name is up to 200 characters of letters, digits, '.', '_', '~' and '-' "
                          "(it is the first path segment of /call/<name>/…)", code="invalid_name")
     return name

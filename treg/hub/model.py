@@ -7,13 +7,12 @@ is the first path segment of ``/call/<ref>/<path>``, as an own tool's name is.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from treg.errors import BadRequest
 from treg.frozen import frozen_value
+from treg.names import TOOL_NAME
 
-_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._~-]{0,199}\Z")
 DESCRIPTION_MAX = 2000
 #: the most ``max_runs`` a tool may declare (the team limit binds anyway)
 MAX_RUNS_MAX = 1000
@@ -44,7 +43,7 @@ def ref_of(org_slug: str, name: str) -> str:
 
 
 def check_name(value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
+    if not isinstance(value, str) or not TOOL_NAME.fullmatch(value):
         raise BadRequest("a hub tool's name is 1-200 characters of A-Z, a-z, 0-9 and . _ ~ -, starting with a "
                          "letter or digit (the ref is <org-slug>.<name>)", code="invalid_name")
     return value

@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from treg.names import TOOL_NAME_PATTERN
 from treg.web.jsonio import json_response
 
 routes = web.RouteTableDef()
@@ -112,12 +113,12 @@ SCHEMAS: dict[str, Any] = {
                      "platform_setting": {"type": ["string", "null"]},
                      "secret_field": {"type": ["string", "null"]}},
                     ("location", "name"), closed=True),
-    "NewTool": _obj({"name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$"},
+    "NewTool": _obj({"name": {"type": "string", "pattern": f"^{TOOL_NAME_PATTERN}$"},
                      "base_url": {"type": "string", "format": "uri", "description": "http(s) URL, no fragment"},
                      "bindings": {"type": "array", "items": _ref("Binding")},
                      "project_id": _NULLABLE_ID, "allowed_member_ids": _IDS},
                     ("name", "base_url"), closed=True),
-    "ToolChange": _obj({"name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$"},
+    "ToolChange": _obj({"name": {"type": "string", "pattern": f"^{TOOL_NAME_PATTERN}$"},
                         "base_url": {"type": "string", "format": "uri"},
                         "bindings": {"type": "array", "items": _ref("Binding")},
                         "project_id": _NULLABLE_ID, "allowed_member_ids": _IDS}, closed=True),
@@ -225,7 +226,7 @@ SCHEMAS: dict[str, Any] = {
                                                                                       "failed"]}})}},
                        ("id", "provider", "name", "status", "shared", "created_at")),
     "NewHubTool": _obj({"tool_id": {"type": "string", "minLength": 1, "description": "one of the org's tools"},
-                        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._~-]{0,199}$",
+                        "name": {"type": "string", "pattern": f"^{TOOL_NAME_PATTERN}$",
                                  "description": "the ref is <org-slug>.<name>"},
                         "description": {"type": "string", "maxLength": 2000},
                         "price_micro": {"type": ["integer", "null"], "minimum": 0, "maximum": 10 ** 9,
