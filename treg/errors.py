@@ -89,6 +89,13 @@ class TregError(Exception):
         #: extra keys of the error body (hint, did_you_mean, candidates, ...)
         self.extra = extra
 
+    @property
+    def is_refusal(self) -> bool:
+        """treg refused the call: a gate said no (``refused_by``), the request was the caller's fault (any
+        4xx), or its host is one treg does not reach. The audit row's outcome is then ``refused``, else
+        ``gateway_failed``; a refused call does not count against a member's call cap."""
+        return self.refused_by is not None or self.status < 500 or isinstance(self, SsrfRefused)
+
     def body(self) -> dict[str, Any]:
         out: dict[str, Any] = {"error": self.code, "detail": self.detail, "blame": self.blame}
         out.update({k: v for k, v in self.extra.items() if v is not None})

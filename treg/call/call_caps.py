@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from treg import member_limits
 from treg.context import Services
-from treg.errors import SsrfRefused, TregError
+from treg.errors import TregError
 
 if TYPE_CHECKING:
     from treg.call.state import CallState
@@ -40,7 +40,7 @@ def _refused(state: "CallState", exc: BaseException) -> bool:
     """The call was refused by treg before any upstream answered it (what the audit row calls refused)."""
     if not isinstance(exc, TregError) or state.resp is not None:
         return False
-    return exc.refused_by is not None or exc.status < 500 or isinstance(exc, SsrfRefused)
+    return exc.is_refusal
 
 
 async def give_back(svc: Services, state: "CallState", exc: BaseException) -> None:

@@ -18,7 +18,7 @@ from treg.call import call_caps, demo, evidence, hub_views
 from treg.call.state import CallState, Finish
 from treg.call_record import CallRecord
 from treg.context import Services
-from treg.errors import DbPoolExhausted, SsrfRefused, TregError
+from treg.errors import DbPoolExhausted, TregError
 from treg.events import Event
 from treg.infra.upstream import UpstreamResponse
 from treg.plugins import call_hook, has_impls
@@ -55,7 +55,6 @@ def _unexpected() -> TregError:
 
 
 def _failure_record(state: CallState, exc: TregError, failure_kind: str | None = None) -> CallRecord:
-    refused = exc.refused_by is not None or exc.status < 500 or isinstance(exc, SsrfRefused)
     err_req = state.request_evidence()
     err_resp = None
     if err_req is not None:
@@ -63,7 +62,7 @@ def _failure_record(state: CallState, exc: TregError, failure_kind: str | None =
                     "body": state.redactor.text(json.dumps(exc.body())), "body_truncated": False}
     if failure_kind is None and isinstance(exc, DbPoolExhausted):
         failure_kind = "db_pool"  # the pool timed out after identity: treg's capacity, not the caller's
-    return state.record(outcome="refused" if refused else "gateway_failed", status=exc.status,
+    return state.record(outcome="refused" if exc.is_refusal else "gateway_failed", status=exc.status,
                         refused_by=exc.refused_by, error_code=exc.code, blame=exc.blame, error_request=err_req,
                         error_response=err_resp, failure_kind=failure_kind)
 
