@@ -247,3 +247,28 @@ async def test_the_list_never_shows_a_base_urls_user_info(gateway, up):
     [tool] = [t for t in listing["result"]["tools"] if t["title"] == "basic"]
     text = json.dumps(tool)
     assert "pw-Zq81x" not in text and "svc-user" not in text and "[REDACTED]@" in text
+
+
+def test_mcp_names_are_unique_and_fit_when_names_collide():
+    """Tools whose names collide (with each other, with a catalog tool, or once made valid) keep one
+    listed name each: the first its own, the next the tool id's tail, then a number; every name at most
+    128 characters. Hub refs colliding with a name already taken get ``-hub``, then ``-hub-2``."""
+    from types import SimpleNamespace
+
+    from treg.mcp.tools import CATALOG_SEARCH, hub_names, mcp_names
+
+    tools = [SimpleNamespace(name="x", id=f"{p}_12345678") for p in "cab"] + [
+        SimpleNamespace(name=CATALOG_SEARCH, id="tool_00000001"),
+        SimpleNamespace(name="a b", id="tool_00000002"), SimpleNamespace(name="a_b", id="tool_00000003"),
+        SimpleNamespace(name="n" * 200, id="tool_00000004"), SimpleNamespace(name="n" * 130, id="tool_00000005")]
+    named = {tool.id: name for name, tool in mcp_names(tools)}
+    assert [named[f"{p}_12345678"] for p in "abc"] == ["x", "x-12345678", "x-12345678-2"]
+    assert named["tool_00000001"] == f"{CATALOG_SEARCH}-00000001"
+    assert (named["tool_00000002"], named["tool_00000003"]) == ("a_b", "a_b-00000003")
+    assert named["tool_00000005"] == "n" * 128  # the shorter name sorts first: cut, it is its own
+    assert named["tool_00000004"] == "n" * 119 + "-00000004"
+    assert len(set(named.values())) == len(tools) and all(len(n) <= 128 for n in named.values())
+    hubs = [SimpleNamespace(ref="pub.search"), SimpleNamespace(ref="pub.other")]
+    assert [name for name, _ in hub_names(hubs, ["pub.search", "pub.search-hub"])] == ["pub.other",
+                                                                                       "pub.search-hub-2"]
+    assert [name for name, _ in hub_names(hubs[:1], ["pub.search"])] == ["pub.search-hub"]

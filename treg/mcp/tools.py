@@ -76,18 +76,21 @@ def mcp_names(tools: Sequence[ToolRef]) -> list[tuple[str, ToolRef]]:
     taken = set(CATALOG_TOOLS)
     out = []
     for tool in sorted(tools, key=lambda t: (t.name, t.id)):
-        base = _INVALID.sub("_", tool.name)[:128] or "tool"
-        name = base
-        if name in taken:
-            tail = _INVALID.sub("_", tool.id)[-8:]
-            name = f"{base[:128 - len(tail) - 1]}-{tail}"
-            n = 2
-            while name in taken:  # bounded by the number of tools
-                suffix = f"-{tail}-{n}"
-                name, n = f"{base[:128 - len(suffix)]}{suffix}", n + 1
+        # a name taken already gets the tool id's tail, then a number
+        name = _first_free(_INVALID.sub("_", tool.name)[:128] or "tool", taken, _INVALID.sub("_", tool.id)[-8:])
         taken.add(name)
         out.append((name, tool))
     return out
+
+
+def _first_free(base: str, taken: set[str], mark: str) -> str:
+    """``base`` if it is not taken, else ``base-<mark>``, then ``base-<mark>-2``, ``-3``…: the first one not
+    taken, ``base`` cut so each fits 128 characters (bounded by the number of names taken)."""
+    name, n = base, 1
+    while name in taken:
+        suffix = f"-{mark}" if n == 1 else f"-{mark}-{n}"
+        name, n = f"{base[:128 - len(suffix)]}{suffix}", n + 1
+    return name
 
 
 def hub_names(hubs: Sequence[HubTool], taken: Sequence[str]) -> list[tuple[str, HubTool]]:
@@ -97,11 +100,7 @@ def hub_names(hubs: Sequence[HubTool], taken: Sequence[str]) -> list[tuple[str, 
     used = set(taken) | set(CATALOG_TOOLS)
     out = []
     for hub in sorted(hubs, key=lambda h: h.ref):
-        base = _INVALID.sub("_", hub.ref)[:128]
-        name, n = base, 1
-        while name in used:  # bounded by the number of tools
-            suffix = "-hub" if n == 1 else f"-hub-{n}"
-            name, n = f"{base[:128 - len(suffix)]}{suffix}", n + 1
+        name = _first_free(_INVALID.sub("_", hub.ref)[:128], used, "hub")
         used.add(name)
         out.append((name, hub))
     return out
