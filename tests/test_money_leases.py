@@ -367,3 +367,42 @@ async def test_metrics_count_a_refused_lease(aiohttp_client, make_app):
     async with _leasing_gateway(aiohttp_client, make_app, credit_calls=20) as gw:
         assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
         assert await _lease_figures(gw) == {"placed": 0, "refused": 1, "returned": 0, "live": 0}
+
+
+async def test_credit_parked_in_another_process_lease_comes_back_instead_of_a_402(dsn, settings, tmp_path):
+    """Credit for 40 calls. Process A leases four calls' worth on its first call and would keep the lease
+    for a minute (``TREG_MONEY_LEASE_S=60``); process B, without leases, spends the other 36. B's 37th
+    call meets the balance's limit while A's lease still parks three calls' worth: it asks for the lease
+    back (NOTIFY), A returns it, and the call is charged instead of refused. The 41st call is a real 402,
+    and the books hold exactly 40 charges."""
+    async with raw_upstream() as up:
+        env_a = _leasing_env(tmp_path, dsn, settings, up.url, TREG_MONEY_LEASE_S="60")
+        env_b = dict(env_a, TREG_MONEY_LEASE_CALLS="0")
+        org = await credited_org(env_a, "parked", 40 * PRICE)
+        started = await asyncio.gather(asyncio.to_thread(Served, env_a, tmp_path / "a.log"),
+                                       asyncio.to_thread(Served, env_b, tmp_path / "b.log"), return_exceptions=True)
+        served = [s for s in started if isinstance(s, Served)]
+        try:
+            assert len(served) == 2, started
+            a, b = served
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+                A, B = Api(session, a.base), Api(session, b.base)
+                status, _, _ = await A.req("GET", PATH, org["token"])
+                assert status == 200
+                [(lease_state, lease_amount)] = await asyncio.to_thread(
+                    run_sql, dsn, "SELECT state, amount_micro FROM holds WHERE org_id = %s AND lease", org["org_id"])
+                assert (lease_state, lease_amount) == ("held", LEASE_CALLS * PRICE)
+                statuses = [(await B.req("GET", PATH, org["token"]))[0] for _ in range(39)]
+                assert statuses == [200] * 39  # 36 on free credit, 3 on the credit A's lease gave back
+                status, body, _ = await B.req("GET", PATH, org["token"])
+                assert (status, body["error"]) == (402, "insufficient_balance")
+        finally:
+            codes = await stop_all(*served)
+    assert_clean_exits(codes, *served)
+    svc = await open_services(dsn, settings)
+    try:
+        books = await check_books(svc, org["org_id"])
+        assert books["open"] == 0 and books["settled"] == 40 * PRICE and books["balance"] == 0
+        assert [h["state"] for h in books["holds"] if h["lease"]] == ["released"]
+    finally:
+        await svc.db.close()

@@ -165,6 +165,9 @@ class ChangeListener:
     def __init__(self, dsn: str, caches: Iterable[OrgCache[Any]]) -> None:
         self._dsn = dsn
         self._caches = list(caches)
+        #: payload kind -> what a notification of that kind does, instead of dropping the org's caches
+        #: (``leases``: treg/money/holds.py asks for an org's credit leases back)
+        self.handlers: dict[str, Callable[[str], None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.connected = asyncio.Event()
@@ -176,6 +179,13 @@ class ChangeListener:
 
     def _apply(self, payload: str) -> None:
         kind, _, org_id = payload.partition(":")
+        handler = self.handlers.get(kind)
+        if handler is not None:
+            try:
+                handler(org_id)
+            except Exception:  # noqa: BLE001 - a handler's failure must not end the listener
+                log.exception("change listener: the %s handler failed", kind)
+            return
         for cache in self._caches:
             cache.drop_org(org_id)
 

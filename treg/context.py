@@ -66,6 +66,8 @@ class HoldCloser(Protocol):
 
     async def drain(self) -> None: ...
 
+    def return_leases(self, org_id: str) -> None: ...
+
 
 class NullAuditWriter:
     """The audit sink of a process that serves no calls (CLI commands, domain tests) or has stopped:

@@ -10,6 +10,7 @@ from treg import periodic
 from treg.cache import Caches, ChangeListener
 from treg.call.audit import AuditWriter, prune_evidence
 from treg.context import NullAuditWriter, Services
+from treg.money.holds import LEASES_WANTED
 from treg.money.settler import Settler
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,12 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     svc.audit = writer
     # holds closed off the answers' path, credit leases for busy keys (treg/money/settler.py, leases.py)
     settler = Settler(svc.db, hold_ttl_s=svc.settings.hold_ttl_s, lease_calls=svc.settings.money_lease_calls,
-                      lease_after=svc.settings.money_lease_after)
+                      lease_after=svc.settings.money_lease_after, lease_s=svc.settings.money_lease_s)
     settler.start()
     svc.settler = settler
     svc.metrics.bind_leases(settler.leases)
+    # a call refused while an org's credit is parked in leases asks every process for them back
+    listener.handlers[LEASES_WANTED] = settler.return_leases
 
     async def prune() -> None:
         n = await prune_evidence(svc)

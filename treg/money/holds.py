@@ -26,10 +26,12 @@ rows and tag rows.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy import select
 
+from treg.cache import CHANNEL
 from treg.context import Services
 from treg.errors import Conflict, IntegrityError, NotFound, TregError
 from treg.hold import HELD, RELEASED, SETTLED, Close, Closed, Hold  # noqa: F401 (HELD: the money API's)
@@ -45,6 +47,14 @@ PLACE_SQL = ("SELECT refused, needed_micro, available_micro, limit_micro, hold_e
              "%(trial_id)s, %(extra_cap)s, %(credit_org)s, %(headroom)s, %(lease)s)")
 CLOSE_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
              "FROM treg_close_holds(%(calls)s, %(states)s, %(observed)s)")
+#: an org's credit leases open now (the open-holds partial index): read only after a limit refused a hold
+PARKED_SQL = "SELECT EXISTS (SELECT 1 FROM holds WHERE org_id = %(org)s AND state = 'held' AND lease)"
+NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(payload)s)"
+#: the change listener's payload kind asking every process for an org's leases back (treg/call/runtime.py)
+LEASES_WANTED = "leases"
+#: seconds between the tries after the leases were asked back: a lease comes back once the settler of its
+#: process wrote its calls' closes and its return (a statement or two); at most ~0.5 s on a 402's path
+LEASE_RETURN_WAITS_S = (0.05, 0.15, 0.3)
 #: closes of holds taken from credit leases (treg/money/leases.py): each call's row written closed, its
 #: amount moved out of its lease, one statement for any number (migration 0020)
 CLOSE_LEASED_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
@@ -77,8 +87,16 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
                                                amount_micro=amount)
         if leased is not None:
             return leased
-    refused, needed, available, limit, expires_at, day = await _place(svc, call_id, org_id, member_id, tag, amount,
-                                                                      extra_cap_micro, credit_org_id)
+    placed = await _place(svc, call_id, org_id, member_id, tag, amount, extra_cap_micro, credit_org_id)
+    if placed[0] not in (None, "extra_cap") and await _ask_leases_back(svc, org_id):
+        # a limit refused it while some of the org's credit is parked in credit leases: each process
+        # returns them (its calls on them keep what they hold), and the hold is tried again
+        for wait_s in LEASE_RETURN_WAITS_S:
+            await asyncio.sleep(wait_s)
+            placed = await _place(svc, call_id, org_id, member_id, tag, amount, extra_cap_micro, credit_org_id)
+            if placed[0] is None or not await _leases_parked(svc, org_id):
+                break
+    refused, needed, available, limit, expires_at, day = placed
     if refused == "extra_cap":
         assert extra_refusal is not None
         raise extra_refusal(needed, available)
@@ -86,6 +104,21 @@ async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_
         raise hold_refusal(refused, needed, available, limit, tag=tag, member_id=member_id)
     return Hold(call_id=call_id, org_id=org_id, member_id=member_id, tag=tag, amount_micro=amount, day=day,
                 expires_at=expires_at)
+
+
+async def _leases_parked(svc: Services, org_id: str) -> bool:
+    (row,) = await svc.db.run(PARKED_SQL, {"org": org_id}, path="money")
+    return bool(row[0])
+
+
+async def _ask_leases_back(svc: Services, org_id: str) -> bool:
+    """Are credit leases of ``org_id`` open (in any process)? Then this process returns its own, and a
+    NOTIFY asks the others (each returns a lease once its open calls are closed)."""
+    if not await _leases_parked(svc, org_id):
+        return False
+    svc.settler.return_leases(org_id)
+    await svc.db.run(NOTIFY_SQL, {"channel": CHANNEL, "payload": f"{LEASES_WANTED}:{org_id}"}, path="money")
+    return True
 
 
 async def place_lease(svc: Services, *, lease_id: str, org_id: str, member_id: str | None, tag: str | None,

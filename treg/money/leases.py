@@ -23,8 +23,11 @@ Why the limits stay exact:
 What a crash costs: a lease is a hold, with its ``expires_at``; a process killed with leases open
 leaves them ``held``, and the reaper releases each when it expires, in the callers' favour, and marks
 the calls it covered whose close was never written (``calls.lease_id``) released, as it does a killed
-call's own hold. The only new imprecision is on the caller's side of the ledger: a 402 may come while
-another process's lease still covers some credit, for at most ``USE_S`` (then that lease is returned).
+call's own hold. A call refused by a limit while the org has leases open asks for them back
+(treg/money/holds.py): every process returns its leases of that org (:meth:`Leases.retire_org`, by
+NOTIFY), and the refused hold is tried again for up to ~0.5 s, so credit parked in a lease does not
+turn into a 402 while it comes back. A lease serves new calls for ``TREG_MONEY_LEASE_S`` (``USE_S``
+by default).
 
 A speed trick (docs/performance.md, round 8): the platform tier's hold without a round trip.
 """
@@ -83,9 +86,10 @@ class Leases:
     ``closed`` of every leased call's close and ``retire_all`` when it drains or stops, and returns
     (releases) each lease these answer with, after its calls' closes."""
 
-    def __init__(self, *, calls: int, after: int, on_retired: Any) -> None:
+    def __init__(self, *, calls: int, after: int, on_retired: Any, use_s: float = USE_S) -> None:
         self.calls = max(0, int(calls))
         self.after = max(1, int(after))
+        self.use_s = max(0.0, float(use_s))
         self._on_retired = on_retired  # called with the id of a lease to return, after its calls' closes
         self._serving: dict[Key, Lease] = {}
         self._live: dict[str, Lease] = {}
@@ -153,8 +157,8 @@ class Leases:
                     self._cool.clear()
                 return
             self.placed += 1
-            lease = Lease(hold, hold.amount_micro, time.monotonic() + USE_S)
-            lease.timer = asyncio.get_running_loop().call_later(USE_S, self.retire, lease)
+            lease = Lease(hold, hold.amount_micro, time.monotonic() + self.use_s)
+            lease.timer = asyncio.get_running_loop().call_later(self.use_s, self.retire, lease)
             self._live[lease.id] = lease
             self._serving[key] = lease
         finally:
@@ -176,6 +180,14 @@ class Leases:
     def retire_all(self) -> None:
         for lease in list(self._serving.values()):
             self.retire(lease)
+
+    def retire_org(self, org_id: str) -> int:
+        """Retire the leases of ``org_id`` (a call of that org was refused while credit was parked in
+        leases: treg/money/holds.py); how many were serving."""
+        mine = [lease for key, lease in self._serving.items() if key[0] == org_id]
+        for lease in mine:
+            self.retire(lease)
+        return len(mine)
 
     def closed(self, hold: Hold) -> None:
         """``hold`` (taken from a lease) is closed, its close queued or written."""

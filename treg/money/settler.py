@@ -41,7 +41,7 @@ from treg.errors import TregError
 from treg.infra.db import Database
 from treg.money import holds
 from treg.money.holds import RELEASED, Close, Hold
-from treg.money.leases import Leases
+from treg.money.leases import USE_S, Leases
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ class InlineSettler:
     async def drain(self) -> None:
         """Nothing is ever queued here."""
 
+    def return_leases(self, org_id: str) -> None:
+        """No leases here."""
+
     async def stop(self) -> None:
         """Nothing runs here."""
 
@@ -83,9 +86,9 @@ class Settler:
     """Holds closed in the background, in batches of one statement each (see the module doc)."""
 
     def __init__(self, db: Database, *, hold_ttl_s: float, retry_for_s: float = RETRY_FOR_S, lease_calls: int = 0,
-                 lease_after: int = 1) -> None:
+                 lease_after: int = 1, lease_s: float = USE_S) -> None:
         self._db = db
-        self.leases = Leases(calls=lease_calls, after=lease_after, on_retired=self._return_lease)
+        self.leases = Leases(calls=lease_calls, after=lease_after, on_retired=self._return_lease, use_s=lease_s)
         self._margin_s = min(INLINE_MARGIN_S, hold_ttl_s / 10)
         self.retry_for_s = retry_for_s
         self._queue: list[Close] = []
@@ -150,6 +153,13 @@ class Settler:
             self._late.append(close)  # written by stop(), after the closes before it
         else:
             self._enqueue(close)
+
+    def return_leases(self, org_id: str) -> None:
+        """Return ``org_id``'s leases now (each after its open calls' closes), written without the usual
+        gathering: a call of that org was refused while their credit was parked (treg/money/holds.py; the
+        request reaches every process by NOTIFY)."""
+        if self.leases.retire_org(org_id) and self._queue:
+            self._hurry.set()
 
     async def drain(self) -> None:
         """Wait until every close queued so far is written (or left to the reaper), this process's idle
