@@ -11,7 +11,7 @@ import pytest
 
 #: (module, pattern name, a value it accepts)
 PATTERNS = [
-    ("treg.tools", "_TOOL_NAME", "stripe"), ("treg.tools", "_SETTING_NAME", "TREG_PLATFORM_ADS"),
+    ("treg.names", "TOOL_NAME", "stripe"), ("treg.tools", "_SETTING_NAME", "TREG_PLATFORM_ADS"),
     ("treg.membership", "_SLUG", "acme"), ("treg.membership", "_EMAIL", "o@acme.test"),
     ("treg.deny_rules", "_HOST", "api.example.com:443"), ("treg.deny_rules", "_METHOD", "DELETE"),
     ("treg.secrets_store", "_PROVIDER", "acme"), ("treg.money.limits", "_TAG", "team-a"),
