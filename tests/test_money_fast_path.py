@@ -17,11 +17,12 @@ import psycopg2
 import pytest
 
 from treg import membership, money
+from treg.call import service
 from treg.keys import SERVICES
 from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
-                          example_provider, example_provider_env, hold_close_fault, http_response, open_services,
+                          call_input, example_provider, example_provider_env, hold_close_fault, http_response, open_services,
                           raw_upstream, serve_pair, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
@@ -241,3 +242,44 @@ async def test_a_bad_close_fails_its_own_caller_and_the_settler_goes_on(platform
     assert r.status == 200 and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
     books = await check_books(svc, gw.org["org_id"])
     assert books["open"] == 0 and books["settled"] == 2 * PRICE
+
+
+async def test_a_call_cancelled_while_its_hold_is_placed_releases_the_hold(platform, dsn):
+    """The caller goes away while ``treg_place_hold`` waits on the org's balance row (locked by another
+    transaction here): the statement still places the hold once the lock is free, and the hold is
+    released at once, not left open for the reaper's TTL with the call's credit parked in it."""
+    gw, _ = platform
+    svc = gw.services
+    assert (await gw.call("GET", PATH)).status == 200  # warm: the next call's first statement is its hold
+    await svc.settler.drain()
+    before = await money.balance(svc, gw.org["org_id"])
+    locker = await asyncio.to_thread(psycopg2.connect, dsn)
+    try:
+        cur = locker.cursor()
+        await asyncio.to_thread(cur.execute, "SELECT 1 FROM org_balances WHERE org_id = %s FOR UPDATE",
+                                (gw.org["org_id"],))
+        inp = call_input("acme.items.get", surface="catalog", raw_query="item_id=7", token=gw.org["token"],
+                         call_id="call_cancelled_in_place")
+        task = asyncio.create_task(service.execute(svc, inp))
+        waiting = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                   "AND query LIKE '%%treg_place_hold%%'")
+
+        async def placing() -> bool:
+            return (await asyncio.to_thread(_sql, dsn, waiting))[0][0] == 1
+        await within(10, placing)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await asyncio.to_thread(locker.rollback)
+        await asyncio.to_thread(locker.close)
+    state = "SELECT state, amount_micro FROM holds WHERE id = 'call_cancelled_in_place'"
+
+    async def closed() -> bool:
+        rows = await asyncio.to_thread(_sql, dsn, state)
+        return bool(rows) and rows[0][0] != "held"
+    await within(10, closed)
+    assert await asyncio.to_thread(_sql, dsn, state) == [("released", PRICE)]
+    await svc.settler.drain()
+    after = await money.balance(svc, gw.org["org_id"])
+    assert (after.balance_micro, after.held_micro) == (before.balance_micro, 0)

@@ -68,6 +68,8 @@ class HoldCloser(Protocol):
 
     def return_leases(self, org_id: str) -> None: ...
 
+    def release_orphan(self, hold_id: str) -> None: ...
+
 
 class NullAuditWriter:
     """The audit sink of a process that serves no calls (CLI commands, domain tests) or has stopped:

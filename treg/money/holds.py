@@ -141,15 +141,29 @@ async def _place(svc: Services, call_id: str, org_id: str, member_id: str | None
     params = {"call": call_id, "org": org_id, "member": member_id, "tag": tag, "amount": amount,
               "ttl": float(svc.settings.hold_ttl_s), "trial": trial, "trial_id": new_id("crd") if trial else None,
               "extra_cap": extra_cap_micro, "credit_org": credit_org_id, "headroom": headroom, "lease": lease}
+    statement = asyncio.ensure_future(svc.db.run(PLACE_SQL, params, path="money"))
     try:
-        (row,) = await svc.db.run(PLACE_SQL, params, path="money")
+        (row,) = await asyncio.shield(statement)
         return tuple(row)
+    except asyncio.CancelledError:
+        # the caller went away while the statement ran: the hold it may have placed is nobody's now, so
+        # it is released as soon as the statement answers, not left to the reaper (its TTL parks the credit)
+        statement.add_done_callback(lambda done: _release_if_placed(svc, done, call_id))
+        raise
     except IntegrityError as exc:
         if exc.constraint == "pk_holds":
             raise Conflict(f"call {call_id} already has a hold", code="hold_exists") from exc
         if exc.constraint and exc.constraint.startswith("fk_org_balances_org_id"):
             raise NotFound("no such org", code="org_not_found") from exc
         raise
+
+
+def _release_if_placed(svc: Services, statement: "asyncio.Future[Any]", call_id: str) -> None:
+    if statement.cancelled() or statement.exception() is not None:
+        return  # nothing placed (or nothing known: the reaper's, as before)
+    (row,) = statement.result()
+    if row[0] is None:
+        svc.settler.release_orphan(call_id)
 
 
 def checked_close(c: Close) -> Close:

@@ -56,11 +56,26 @@ RETRY_FOR_S = 30.0
 LINGER_S = 0.02
 
 
+def _release_soon(db: Database, tasks: "set[asyncio.Task[Any]]", hold_id: str) -> None:
+    """The release of an orphaned hold on a task of its own, kept in ``tasks`` until it is done (a task
+    nobody refers to may be collected before it runs); a failed one is the reaper's."""
+    async def release() -> None:
+        try:
+            await holds.close_on(db, [Close(hold_id, RELEASED)])
+        except TregError as exc:
+            log.warning("hold %s: its caller went away and its release failed (%s); the reaper releases it",
+                        hold_id, exc.code)
+    task = asyncio.ensure_future(release())
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
 class InlineSettler:
     """Closes a hold at once (one statement) and answers whether this call closed it."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._orphans: set[asyncio.Task[Any]] = set()
 
     async def close(self, hold: Hold, close: Close) -> bool:
         if hold.lease_id is not None:  # never taken here, but its charge must not be lost if one arrives
@@ -77,6 +92,10 @@ class InlineSettler:
 
     def return_leases(self, org_id: str) -> None:
         """No leases here."""
+
+    def release_orphan(self, hold_id: str) -> None:
+        """Release ``hold_id`` (placed for a caller that went away) on a task of its own."""
+        _release_soon(self._db, self._orphans, hold_id)
 
     async def stop(self) -> None:
         """Nothing runs here."""
@@ -99,6 +118,7 @@ class Settler:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._late: list[Close] = []  # lease returns after the loop stopped
+        self._orphans: set[asyncio.Task[Any]] = set()  # releases of orphaned holds after the loop stopped
         #: leases with a call's close that could not be written: never returned here (the reaper releases
         #: them when they expire and marks those calls released), so no return may precede that close
         self._abandoned: set[str] = set()
@@ -153,6 +173,14 @@ class Settler:
             self._late.append(close)  # written by stop(), after the closes before it
         else:
             self._enqueue(close)
+
+    def release_orphan(self, hold_id: str) -> None:
+        """Release ``hold_id``, a hold placed for a caller that went away meanwhile (treg/money/holds.py):
+        queued as any close while the loop runs, else on a task of its own."""
+        if self._stopping or self._task is None or self._task.done():
+            _release_soon(self._db, self._orphans, hold_id)
+        else:
+            self._enqueue(Close(hold_id, RELEASED))
 
     def return_leases(self, org_id: str) -> None:
         """Return ``org_id``'s leases now (each after its open calls' closes), written without the usual
