@@ -144,8 +144,8 @@ class Settings:
         "holds one (org, member, tag) places within a second before its calls take them from a credit lease", "int")
     money_lease_s: float = _setting(
         "TREG_MONEY_LEASE_S", 1.0,
-        "seconds a credit lease serves new calls; then what is left of it is returned (the longest a lease's "
-        "credit stays parked in one process unused)", "float")
+        "seconds a credit lease serves new calls, at most a tenth of TREG_HOLD_TTL_S; then what is left of it is "
+        "returned (how long a lease's credit may stay parked in one process)", "float")
     reaper_interval_s: float = _setting(
         "TREG_REAPER_INTERVAL_S", 60.0,
         "seconds between reaper runs (expired holds released, expired idempotency entries pruned); 0: only at "

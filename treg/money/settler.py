@@ -107,7 +107,9 @@ class Settler:
     def __init__(self, db: Database, *, hold_ttl_s: float, retry_for_s: float = RETRY_FOR_S, lease_calls: int = 0,
                  lease_after: int = 1, lease_s: float = USE_S) -> None:
         self._db = db
-        self.leases = Leases(calls=lease_calls, after=lease_after, on_retired=self._return_lease, use_s=lease_s)
+        # a lease serves well inside its own TTL, so its calls close long before the reaper may release it
+        self.leases = Leases(calls=lease_calls, after=lease_after, on_retired=self._return_lease,
+                             use_s=min(lease_s, hold_ttl_s / 10))
         self._margin_s = min(INLINE_MARGIN_S, hold_ttl_s / 10)
         self.retry_for_s = retry_for_s
         self._queue: list[Close] = []
