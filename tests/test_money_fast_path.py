@@ -1,7 +1,8 @@
 """The platform tier's money path (issue 23, docs/money.md "One statement to hold, one to close"): a hold
 is one database round trip and its close another, written off the answer's path by the settler; the
 limits stay exact across processes; and a crash, a cut connection or a statement timeout between the
-answer and its close leaves a hold that is closed exactly once (by the settler's retry or the reaper).
+answer and its close leaves a hold that is closed exactly once (by the settler's retry or the reaper); a
+caller that goes away while its hold is placed leaves no hold open.
 
 Real parts: the test database, treg on real sockets (the test gateway, and ``treg serve`` processes),
 the raw-socket upstream standing in for the vendor."""

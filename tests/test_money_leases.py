@@ -2,7 +2,9 @@
 its platform-tier holds from one lease in memory, and every money guarantee holds as with holds of their
 own — the books exact, every call's hold row closed exactly once, near a limit every call on its own
 hold, two processes on one database, a failing close retried, and ``kill -9`` between an answer and its
-close leaving a lease the reaper releases in the callers' favour, the calls' audit rows saying so.
+close leaving a lease the reaper releases in the callers' favour, the calls' audit rows saying so. A call
+a limit refuses while another process's lease parks credit gets it back instead of a 402, and
+``/metrics`` counts the leases.
 
 Real parts: the test database, treg on real sockets (the test gateway, and ``treg serve`` processes),
 the raw-socket upstream standing in for the vendor."""
