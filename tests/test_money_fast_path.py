@@ -24,7 +24,7 @@ from treg import reaper
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
                           call_input, example_provider, example_provider_env, hold_close_fault, http_response, open_services,
-                          raw_upstream, serve_pair, stop_all, within)
+                          raw_upstream, served_pair, sixteen_calls_on_credit_for_ten, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
@@ -133,25 +133,14 @@ async def test_sixteen_calls_on_credit_for_ten_across_two_processes_charge_exact
     async with raw_upstream() as up:
         env = example_provider_env(tmp_path, dsn, settings.secret_key.reveal(), up.url)
         org = await credited_org(env, "tenner", 10 * PRICE)
-        a, b = await serve_pair(env, tmp_path)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                A, B = Api(session, a.base), Api(session, b.base)
-                results = await asyncio.gather(*(
-                    (A if i % 2 else B).req("GET", f"/catalog/call/acme.items.get?item_id=t{i}", org["token"])
-                    for i in range(16)))
-                ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
-                refused = [body["error"] for status, body, _ in results if status == 402]
-                assert len(ok) == 10 and sum(ok) == 10 * PRICE and refused == ["insufficient_balance"] * 6
-                # a balance read waits for its own process's queued closes; the other's land within moments
-                for api in (A, B):
-                    async def settled(api: Api = api) -> bool:
-                        _, balance, _ = await api.req("GET", "/api/v1/balance", org["token"], 200)
-                        return (balance["balance_micro"], balance["held_micro"]) == (0, 0)
-                    await within(2, settled)
-        finally:
-            codes = await stop_all(a, b)
-    assert_clean_exits(codes, a, b)
+        async with served_pair(env, tmp_path) as (A, B):
+            await sixteen_calls_on_credit_for_ten(A, B, org["token"], PRICE)
+            # a balance read waits for its own process's queued closes; the other's land within moments
+            for api in (A, B):
+                async def settled(api: Api = api) -> bool:
+                    _, balance, _ = await api.req("GET", "/api/v1/balance", org["token"], 200)
+                    return (balance["balance_micro"], balance["held_micro"]) == (0, 0)
+                await within(2, settled)
     svc = await open_services(dsn, settings)
     try:
         books = await check_books(svc, org["org_id"])

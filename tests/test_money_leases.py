@@ -25,7 +25,7 @@ from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
                           example_provider, example_provider_env, hold_close_fault, http_response, open_services,
-                          raw_upstream, run_sql, serve_pair, stop_all, within)
+                          raw_upstream, run_sql, served_pair, sixteen_calls_on_credit_for_ten, stop_all, within)
 
 PRICE = 2000  # acme.items.get, per call (treg.testing.example_provider)
 PATH = "/catalog/call/acme.items.get?item_id=7"
@@ -209,19 +209,8 @@ async def test_sixteen_calls_on_credit_for_ten_across_two_leasing_processes_char
     async with raw_upstream() as up:
         env = _leasing_env(tmp_path, dsn, settings, up.url)
         org = await credited_org(env, "tenner", 10 * PRICE)
-        a, b = await serve_pair(env, tmp_path)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                A, B = Api(session, a.base), Api(session, b.base)
-                results = await asyncio.gather(*(
-                    (A if i % 2 else B).req("GET", f"/catalog/call/acme.items.get?item_id=t{i}", org["token"])
-                    for i in range(16)))
-        finally:
-            codes = await stop_all(a, b)
-    assert_clean_exits(codes, a, b)
-    ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
-    refused = [body["error"] for status, body, _ in results if status == 402]
-    assert len(ok) == 10 and sum(ok) == 10 * PRICE and refused == ["insufficient_balance"] * 6
+        async with served_pair(env, tmp_path) as (A, B):
+            await sixteen_calls_on_credit_for_ten(A, B, org["token"], PRICE)
     svc = await open_services(dsn, settings)
     try:
         books = await check_books(svc, org["org_id"])
@@ -237,20 +226,15 @@ async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, setting
     async with raw_upstream() as up:
         env = _leasing_env(tmp_path, dsn, settings, up.url)
         org = await credited_org(env, "pair", 60 * PRICE)
-        a, b = await serve_pair(env, tmp_path)
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                gates = {"a": asyncio.Semaphore(16), "b": asyncio.Semaphore(16)}
-                apis = {"a": Api(session, a.base), "b": Api(session, b.base)}
+        async with served_pair(env, tmp_path) as apis_ab:
+            gates = {"a": asyncio.Semaphore(16), "b": asyncio.Semaphore(16)}
+            apis = dict(zip("ab", apis_ab))
 
-                async def one(i: int) -> tuple[int, Any, Any]:
-                    side = "ab"[i % 2]
-                    async with gates[side]:
-                        return await apis[side].req("GET", f"/catalog/call/acme.items.get?item_id=p{i}", org["token"])
-                results = await asyncio.gather(*(one(i) for i in range(100)))
-        finally:
-            codes = await stop_all(a, b)
-    assert_clean_exits(codes, a, b)
+            async def one(i: int) -> tuple[int, Any, Any]:
+                side = "ab"[i % 2]
+                async with gates[side]:
+                    return await apis[side].req("GET", f"/catalog/call/acme.items.get?item_id=p{i}", org["token"])
+            results = await asyncio.gather(*(one(i) for i in range(100)))
     ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
     refused = [body["error"] for status, body, _ in results if status == 402]
     assert len(ok) + len(refused) == 100 and set(refused) <= {"insufficient_balance"}
@@ -381,26 +365,16 @@ async def test_credit_parked_in_another_process_lease_comes_back_instead_of_a_40
         env_a = _leasing_env(tmp_path, dsn, settings, up.url, TREG_MONEY_LEASE_S="60")
         env_b = dict(env_a, TREG_MONEY_LEASE_CALLS="0")
         org = await credited_org(env_a, "parked", 40 * PRICE)
-        started = await asyncio.gather(asyncio.to_thread(Served, env_a, tmp_path / "a.log"),
-                                       asyncio.to_thread(Served, env_b, tmp_path / "b.log"), return_exceptions=True)
-        served = [s for s in started if isinstance(s, Served)]
-        try:
-            assert len(served) == 2, started
-            a, b = served
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-                A, B = Api(session, a.base), Api(session, b.base)
-                status, _, _ = await A.req("GET", PATH, org["token"])
-                assert status == 200
-                [(lease_state, lease_amount)] = await asyncio.to_thread(
-                    run_sql, dsn, "SELECT state, amount_micro FROM holds WHERE org_id = %s AND lease", org["org_id"])
-                assert (lease_state, lease_amount) == ("held", LEASE_CALLS * PRICE)
-                statuses = [(await B.req("GET", PATH, org["token"]))[0] for _ in range(39)]
-                assert statuses == [200] * 39  # 36 on free credit, 3 on the credit A's lease gave back
-                status, body, _ = await B.req("GET", PATH, org["token"])
-                assert (status, body["error"]) == (402, "insufficient_balance")
-        finally:
-            codes = await stop_all(*served)
-    assert_clean_exits(codes, *served)
+        async with served_pair(env_a, tmp_path, env_b) as (A, B):
+            status, _, _ = await A.req("GET", PATH, org["token"])
+            assert status == 200
+            [(lease_state, lease_amount)] = await asyncio.to_thread(
+                run_sql, dsn, "SELECT state, amount_micro FROM holds WHERE org_id = %s AND lease", org["org_id"])
+            assert (lease_state, lease_amount) == ("held", LEASE_CALLS * PRICE)
+            statuses = [(await B.req("GET", PATH, org["token"]))[0] for _ in range(39)]
+            assert statuses == [200] * 39  # 36 on free credit, 3 on the credit A's lease gave back
+            status, body, _ = await B.req("GET", PATH, org["token"])
+            assert (status, body["error"]) == (402, "insufficient_balance")
     svc = await open_services(dsn, settings)
     try:
         books = await check_books(svc, org["org_id"])

@@ -55,8 +55,8 @@ from treg.testing.mcp_client import LEGACY, META, MODERN, Mcp, legacy_headers, m
 from treg.testing.migrations import (assert_schema_matches, assert_up_down_up, column_names, table_names,
                                      table_of)
 from treg.testing.processes import (EXAMPLE_PLUGIN, PROPAGATION_S, Api, Served, assert_clean_exits, credited_org,
-                                    example_provider_env, free_port, http, run_cli, run_treg, serve_pair, stop_all,
-                                    treg_env, within)
+                                    example_provider_env, free_port, http, run_cli, run_treg, serve_pair, served_pair,
+                                    sixteen_calls_on_credit_for_ten, stop_all, treg_env, within)
 from treg.testing.providers import ProviderPlugin, example_provider, media_provider
 from treg.testing.services import open_services
 from treg.testing.settings import make_settings
@@ -74,6 +74,7 @@ __all__ = [
     "free_port", "fresh_database", "hold_close_fault", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",
     "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",
-    "run_cli", "run_sql", "run_treg", "self_signed", "serve_pair", "session_cookie", "stop_all", "table_names", "table_of",
+    "run_cli", "run_sql", "run_treg", "self_signed", "serve_pair", "served_pair", "session_cookie",
+    "sixteen_calls_on_credit_for_ten", "stop_all", "table_names", "table_of",
     "template_db", "test_home", "treg_env", "upstream_pair", "vendor_gateway", "within"
 ]

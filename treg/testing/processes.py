@@ -6,6 +6,7 @@ Everything bounded; all traffic on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 
@@ -162,11 +163,12 @@ class Served:
             self._fh.close()
 
 
-async def serve_pair(env: dict[str, str], folder: Path) -> tuple[Served, Served]:
-    """Two ``treg serve`` processes of ``env`` started at once (logging to ``a.log`` and ``b.log`` in
-    ``folder``); when one never comes up, the other is killed before the failure is raised."""
+async def serve_pair(env: dict[str, str], folder: Path, env_b: dict[str, str] | None = None) -> tuple[Served, Served]:
+    """Two ``treg serve`` processes of ``env`` (the second of ``env_b`` when given) started at once
+    (logging to ``a.log`` and ``b.log`` in ``folder``); when one never comes up, the other is killed
+    before the failure is raised."""
     started = await asyncio.gather(asyncio.to_thread(Served, env, folder / "a.log"),
-                                   asyncio.to_thread(Served, env, folder / "b.log"), return_exceptions=True)
+                                   asyncio.to_thread(Served, env_b or env, folder / "b.log"), return_exceptions=True)
     failed = [s for s in started if isinstance(s, BaseException)]
     if failed:
         for s in started:
@@ -175,6 +177,30 @@ async def serve_pair(env: dict[str, str], folder: Path) -> tuple[Served, Served]
         raise failed[0]
     a, b = started
     return a, b  # type: ignore[return-value]
+
+
+@contextlib.asynccontextmanager
+async def served_pair(env: dict[str, str], folder: Path,
+                      env_b: dict[str, str] | None = None) -> AsyncIterator[tuple["Api", "Api"]]:
+    """:func:`serve_pair`, with an :class:`Api` on each process over one session (60 s a request); on
+    the way out both are stopped, and, when the body did not fail, checked to have exited cleanly."""
+    a, b = await serve_pair(env, folder, env_b)
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            yield Api(session, a.base), Api(session, b.base)
+    finally:
+        codes = await stop_all(a, b)
+    assert_clean_exits(codes, a, b)
+
+
+async def sixteen_calls_on_credit_for_ten(a: "Api", b: "Api", token: str, price: int) -> None:
+    """issue 23's rule: 16 concurrent calls of the example provider (``price`` each) through two
+    processes, on credit for 10, charge exactly 10 and refuse the other 6 for the balance."""
+    results = await asyncio.gather(*((a if i % 2 else b).req("GET", f"/catalog/call/acme.items.get?item_id=t{i}",
+                                                              token) for i in range(16)))
+    ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
+    refused = [body["error"] for status, body, _ in results if status == 402]
+    assert len(ok) == 10 and sum(ok) == 10 * price and refused == ["insufficient_balance"] * 6, results
 
 
 async def stop_all(*served: "Served") -> list[int]:
