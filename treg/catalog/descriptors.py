@@ -42,4 +42,3 @@ def is_int(v: Any) -> bool:
     """A JSON integer as a row field must be one: an ``int`` that is not a ``bool`` (``True`` is an int
     to Python, never a count or a price to a catalog row)."""
     return isinstance(v, int) and not isinstance(v, bool)
-
