@@ -21,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from treg import membership, money, reaper
+from treg.cache import CHANNEL
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
@@ -154,13 +155,16 @@ async def test_a_failing_leased_close_is_retried_and_written_once(leasing, dsn, 
 
 
 async def test_connections_cut_under_leased_calls_are_reopened(leasing, dsn):
-    """Every treg connection is terminated (as a database restart does) while a lease serves: the next
-    calls' leased closes, and the lease's return, are written on new connections, once each."""
+    """Every treg connection is terminated (as a database restart does) while a lease serves: its
+    return (the change listener's loss pauses leasing) and, once the listener is back, the next calls'
+    leased closes are written on new connections, once each."""
     gw = leasing
     svc = gw.services
     assert (await gw.client.get(PATH, headers=gw.owner)).status == 200  # a lease placed, one call on it
     await asyncio.to_thread(run_sql, dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    await within(10, _true(lambda: svc.settler.leases.paused))
+    await within(10, _true(lambda: not svc.settler.leases.paused))
     statuses = [(await gw.client.get(PATH, headers=gw.owner)).status for _ in range(6)]
     await asyncio.wait_for(svc.settler.drain(), 30)
     ok = statuses.count(200)
@@ -168,6 +172,58 @@ async def test_connections_cut_under_leased_calls_are_reopened(leasing, dsn):
     books = await check_books(svc, gw.org["org_id"])
     assert books["open"] == 0 and books["settled"] == (1 + ok) * PRICE
     assert svc.settler.leases.placed >= 2 and svc.settler.leases.live == 0
+
+
+async def test_a_process_that_cannot_hear_a_return_request_parks_no_credit(aiohttp_client, make_app, dsn):
+    """The change listener's connection is cut (its backend terminated) while a lease serves for a
+    minute (``TREG_MONEY_LEASE_S=60``). A request to return it sent meanwhile would be lost, so the
+    process returns the lease at once and places none while the listener is away; once the listener is
+    back, leasing resumes. The books stay exact."""
+    async with _leasing_gateway(aiohttp_client, make_app, credit_calls=100, money_lease_s=60.0) as gw:
+        svc, leases = gw.services, gw.services.settler.leases
+        assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
+        assert (leases.placed, leases.live) == (1, 1)
+        cut = await asyncio.to_thread(run_sql, dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                                    "WHERE datname = current_database() AND query = %s", f"LISTEN {CHANNEL}")
+        assert cut == [(True,)]
+        await within(10, _true(lambda: leases.paused))
+        await within(10, _true(lambda: leases.live == 0))  # returned at once, not after a minute
+        [(lease_state,)] = await asyncio.to_thread(
+            run_sql, dsn, "SELECT state FROM holds WHERE org_id = %s AND lease", gw.org["org_id"])
+        assert lease_state == "released"
+        await within(10, _true(lambda: not leases.paused))  # the listener reconnected (0.2 s backoff)
+        assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
+        assert (leases.placed, leases.live) == (2, 1)  # leasing again
+        await asyncio.wait_for(svc.settler.drain(), 30)
+        books = await check_books(svc, gw.org["org_id"])
+        assert books["open"] == 0 and books["settled"] == 2 * PRICE
+
+
+async def test_a_lease_placed_while_paused_is_returned_unused(leasing):
+    """A placement in flight when the listener's connection is lost: the lease it places serves no
+    call and is returned, and the call waiting on it places its own hold."""
+    gw = leasing
+    svc, leases = gw.services, gw.services.settler.leases
+    placing = asyncio.ensure_future(leases.take(svc, org_id=gw.org["org_id"], member_id=None, tag=None,
+                                                call_id="call_paused", amount_micro=PRICE))
+    await asyncio.sleep(0)  # the placement started
+    assert leases._placing
+    svc.settler.listening(False)
+    assert await placing is None
+    assert leases.placed == 1 and leases.live == 0 and leases.paused
+    assert await leases.take(svc, org_id=gw.org["org_id"], member_id=None, tag=None, call_id="call_paused2",
+                             amount_micro=PRICE) is None  # none placed while paused
+    assert leases.placed == 1
+    svc.settler.listening(True)
+    await asyncio.wait_for(svc.settler.drain(), 30)
+    books = await check_books(svc, gw.org["org_id"])
+    assert books["open"] == 0 and books["settled"] == 0
+
+
+def _true(predicate: Any) -> Any:
+    async def probe() -> bool:
+        return bool(predicate())
+    return probe
 
 
 async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, dsn):

@@ -98,6 +98,23 @@ async def test_a_serving_gateway_has_live_components(gateway):
     assert isinstance(svc.resolver, NullResolver) and isinstance(svc.audit, NullAuditWriter)
 
 
+def test_connection_watchers_hear_each_change_once_and_a_failing_one_is_contained(caplog):
+    listener = ChangeListener("postgresql://unused", [])
+    heard: list[bool] = []
+
+    def broken(up: bool) -> None:
+        raise RuntimeError("watcher bug")
+
+    listener.watch_connection(broken)
+    listener.watch_connection(heard.append)
+    assert heard == [False]  # told the state it is in at once
+    for up in (True, True, False, False, True):
+        listener._connection(up)
+    assert heard == [False, True, False, True]
+    assert listener.connected.is_set()
+    assert caplog.text.count("a connection watcher failed") == 4
+
+
 async def test_null_cache_always_misses_and_always_loads():
     cache: NullCache[str] = NullCache("t")
     ChangeListener("postgresql://unused", [cache])._set_enabled(True)  # a listener cannot switch it on

@@ -168,6 +168,9 @@ class ChangeListener:
         #: payload kind -> what a notification of that kind does, instead of dropping the org's caches
         #: (``leases``: treg/money/holds.py asks for an org's credit leases back)
         self.handlers: dict[str, Callable[[str], None]] = {}
+        #: told ``True`` when the listener connects and ``False`` when it loses its connection: what is
+        #: notified meanwhile is never heard (see :meth:`watch_connection`)
+        self._watchers: list[Callable[[bool], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self.connected = asyncio.Event()
@@ -176,6 +179,31 @@ class ChangeListener:
         for cache in self._caches:
             cache.clear()
             cache.enabled = enabled
+
+    def watch_connection(self, watcher: Callable[[bool], None]) -> None:
+        """Tell ``watcher`` whether the listener is connected, now and on every change. A notification
+        sent while it is not is lost, not delayed: the caches are bypassed meanwhile, and a handler's
+        owner must not count on hearing one (the settler parks no credit in leases then, since a
+        request to return them could not reach it)."""
+        self._watchers.append(watcher)
+        self._tell(watcher, self.connected.is_set())
+
+    def _connection(self, up: bool) -> None:
+        if up == self.connected.is_set():
+            return
+        if up:
+            self.connected.set()
+        else:
+            self.connected.clear()
+        for watcher in self._watchers:
+            self._tell(watcher, up)
+
+    @staticmethod
+    def _tell(watcher: Callable[[bool], None], up: bool) -> None:
+        try:
+            watcher(up)
+        except Exception:  # noqa: BLE001 - a watcher's failure must not end the listener
+            log.exception("change listener: a connection watcher failed")
 
     def _apply(self, payload: str) -> None:
         kind, _, org_id = payload.partition(":")
@@ -210,7 +238,7 @@ class ChangeListener:
                     async with conn.cursor() as cur:
                         await cur.execute(f"LISTEN {CHANNEL}")
                     self._set_enabled(True)
-                    self.connected.set()
+                    self._connection(True)
                     backoff = 0.2
                     while True:
                         msg = await conn.notifies.get()
@@ -222,7 +250,7 @@ class ChangeListener:
                             type(exc).__name__)
             except Exception:
                 log.exception("cache listener failed; caches bypassed until it is back")
-            self.connected.clear()
+            self._connection(False)
             self._set_enabled(False)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)

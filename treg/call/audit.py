@@ -180,7 +180,10 @@ def _encode_rows(batch: list[CallRecord]) -> str:
         rows = orjson.dumps([r[:_STORED] for r in batch]).decode()
     except TypeError:
         rows = json.dumps([r[:_STORED] for r in batch], separators=(",", ":"))
-    if "\\u0000" in rows or "\\ud" in rows or "\\uD" in rows:
+    # the one-character test first: a single character is a memchr, a longer needle a scan by
+    # CPython's search loop, and the three of them cost twice the encoding (docs/performance.md,
+    # round 11); a row with no escape at all, the usual one, has no backslash
+    if "\\" in rows and ("\\u0000" in rows or "\\ud" in rows or "\\uD" in rows):
         rows = _UNSTORABLE.sub(_storable, rows)
     return rows
 

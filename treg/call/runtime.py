@@ -34,6 +34,8 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     svc.metrics.bind_leases(settler.leases)
     # a call refused while an org's credit is parked in leases asks every process for them back
     listener.handlers[LEASES_WANTED] = settler.return_leases
+    # ... and cannot ask a process whose listener is down: that one parks no credit meanwhile
+    listener.watch_connection(settler.listening)
 
     async def prune() -> None:
         n = await prune_evidence(svc)

@@ -96,6 +96,9 @@ class Leases:
         self._placing: dict[Key, asyncio.Future[None]] = {}
         self._rate: dict[Key, list[float]] = {}
         self._cool: dict[Key, float] = {}
+        #: no lease is placed or served while set: the process cannot hear a request to return one
+        #: (its change listener is not connected, :meth:`pause`)
+        self.paused = False
         #: counters: /metrics (treg_credit_leases_total), the tests and the benchmark
         self.placed = 0
         self.refused = 0
@@ -108,7 +111,7 @@ class Leases:
 
     async def take(self, svc: Any, *, org_id: str, member_id: str | None, tag: str | None, call_id: str,
                    amount_micro: int) -> Hold | None:
-        if self.calls == 0:
+        if self.calls == 0 or self.paused:
             return None
         key = (org_id, member_id, tag)
         now = time.monotonic()
@@ -161,6 +164,8 @@ class Leases:
             lease.timer = asyncio.get_running_loop().call_later(self.use_s, self.retire, lease)
             self._live[lease.id] = lease
             self._serving[key] = lease
+            if self.paused:  # paused while it was placed: returned at once, no call served from it
+                self.retire(lease)
         finally:
             del self._placing[key]
 
@@ -180,6 +185,17 @@ class Leases:
     def retire_all(self) -> None:
         for lease in list(self._serving.values()):
             self.retire(lease)
+
+    def pause(self) -> None:
+        """Serve and place no lease, and return every one (after its open calls' closes), until
+        :meth:`resume`: the change listener lost its connection, so a call another process refuses for
+        the credit parked here could not ask for it back, and would stay refused for as long as a lease
+        serves (``TREG_MONEY_LEASE_S``)."""
+        self.paused = True
+        self.retire_all()
+
+    def resume(self) -> None:
+        self.paused = False
 
     def retire_org(self, org_id: str) -> int:
         """Retire the leases of ``org_id`` (a call of that org was refused while credit was parked in

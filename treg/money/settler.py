@@ -184,6 +184,16 @@ class Settler:
         else:
             self._enqueue(Close(hold_id, RELEASED))
 
+    def listening(self, up: bool) -> None:
+        """The change listener's connection came back (``up``) or was lost: leases are paused while it
+        is down, and those serving returned at once (:meth:`Leases.pause`)."""
+        if up:
+            self.leases.resume()
+            return
+        self.leases.pause()
+        if self._queue:
+            self._hurry.set()
+
     def return_leases(self, org_id: str) -> None:
         """Return ``org_id``'s leases now (each after its open calls' closes), written without the usual
         gathering: a call of that org was refused while their credit was parked (treg/money/holds.py; the
