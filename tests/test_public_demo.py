@@ -43,7 +43,7 @@ async def test_a_demo_call_is_marked_audited_and_runs_on_treg_key_only(demo):
     gw, up, visitor = demo
     await gw.secret("team-key-of-the-org", name="crm key", provider="crm")  # the org's own key: never the demo's
     r = await gw.call("GET", "/catalog/call/crm.contacts", as_=visitor)
-    assert r.status == 200 and r.headers["X-Treg-Demo"] == "1"
+    assert r.status == 200 and r.headers.getall("X-Treg-Demo") == ["1"]
     assert r.headers["X-Treg-Credential-Tier"] == "platform" and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
     assert up.last.header("Authorization") == f"Bearer {PLATFORM_KEY}"
     row = await audit_row(gw, r.headers["X-Treg-Call-Id"])
@@ -55,7 +55,7 @@ async def test_a_demo_call_is_marked_audited_and_runs_on_treg_key_only(demo):
     # the other call surfaces: /call/<id> and /table/<id>; the keyless tier too
     for path in ("/call/crm.contacts", "/table/crm.contacts?format=csv", "/table/crm.status"):
         r = await gw.call("GET", path, as_=visitor)
-        assert r.status == 200 and r.headers["X-Treg-Demo"] == "1", path
+        assert r.status == 200 and r.headers.getall("X-Treg-Demo") == ["1"], path
     assert r.headers["X-Treg-Credential-Tier"] == "anonymous"
     assert (await audit_row(gw, r.headers["X-Treg-Call-Id"]))["surface"] == "table"
 
@@ -75,7 +75,7 @@ async def test_anything_but_a_listed_get_is_refused_before_any_vendor_contact(de
     for method, path in refused:
         r = await gw.call(method, path, as_=visitor)
         assert r.status == 403, (method, path, r.status)
-        assert r.headers["X-Treg-Demo"] == "1" and r.headers["X-Treg-Error"] == "1"
+        assert r.headers.getall("X-Treg-Demo") == ["1"] and r.headers["X-Treg-Error"] == "1"
         if method != "HEAD":
             assert (await r.json())["error"] == "demo_not_allowed", (method, path)
     assert up.exchanges == [] and await spent_today(gw) == before
@@ -127,7 +127,7 @@ async def test_disabled_demo_tokens_answer_demo_disabled_and_enabling_revives_th
     for path in ("/catalog/call/crm.contacts", "/table/crm.contacts", "/api/v1/me"):
         r = await gw.call("GET", path, as_=visitor)
         assert r.status == 403 and (await r.json())["error"] == "demo_disabled", path
-        assert r.headers["X-Treg-Demo"] == "1"
+        assert r.headers.getall("X-Treg-Demo") == ["1"]
     assert len(up.exchanges) == sent
     # a token issued while disabled is born disabled
     later = {"X-Treg-Token": (await public_demo.issue_token(gw.services, "v"))["token"]}
@@ -147,7 +147,7 @@ async def test_hourly_limit_per_peer_ignores_forwarded_for_from_an_untrusted_pee
     body = await r.json()
     assert r.status == 429 and body["error"] == "demo_rate_limited" and body["limit"] == 3
     assert 3500 <= body["retry_after_s"] <= 3600 and r.headers["Retry-After"] == str(body["retry_after_s"])
-    assert r.headers["X-Treg-Demo"] == "1"
+    assert r.headers.getall("X-Treg-Demo") == ["1"]
     assert len(up.exchanges) == 3
     row = await audit_row(gw, r.headers["X-Treg-Call-Id"])
     assert row["outcome"] == "refused" and row["refused_by"] == "demo" and row["demo"] is True
@@ -211,7 +211,7 @@ async def test_no_address_spends_more_than_the_day_budget(demo):
         if r.status == 429:
             body = await r.json()
             assert body["error"] == "demo_budget_spent" and body["available_micro"] == 200_000
-            assert body["resets_at"].endswith("T00:00:00Z") and r.headers["X-Treg-Demo"] == "1"
+            assert body["resets_at"].endswith("T00:00:00Z") and r.headers.getall("X-Treg-Demo") == ["1"]
             assert r.headers["X-Treg-Cost-Micro"] == "0"
     assert statuses == [200, 200, 429, 429, 429, 429]
     assert len(up.exchanges) == 2 and await spent_today(gw) == 800_000 <= 1_000_000
