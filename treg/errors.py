@@ -44,7 +44,8 @@ these classes (``isinstance``), never on ``code`` strings; every code is listed 
         │   ├── CatalogError          500 invalid_catalog            (treg.catalog.errors)
         │   └── PluginFailed          500 plugin_failed              (treg.plugins)
         ├── DatabaseError        503 database_unavailable            unreachable, aborted tx
-        │   └── DbPoolExhausted  503 db_pool                         no pooled connection in time
+        │   ├── DbPoolExhausted  503 db_pool                         no pooled connection in time
+        │   └── DataRefused      503 database_error                  a value it cannot store
         └── DecryptError         500 secret_undecryptable            (treg.infra.crypto)
 
 A class's ``code``/``status``/``blame`` are defaults: a raise site may pass a more specific ``code``
@@ -178,6 +179,15 @@ class DbPoolExhausted(DatabaseError):
     """No pooled connection came free in time: treg's capacity (the call path records it apart)."""
 
     code = "db_pool"
+
+
+class DataRefused(DatabaseError):
+    """The database refused the statement for what it carries (SQLSTATE class 22, a data exception: a
+    string longer than its column, a character it cannot store; class 54, a program limit such as an
+    index row too large). Sending the same statement again cannot succeed; a batch writer isolates
+    the row instead (treg/call/audit.py). Any other failure may pass: it is retried."""
+
+    code = "database_error"
 
 
 class IntegrityError(Conflict):

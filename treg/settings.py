@@ -123,6 +123,10 @@ class Settings:
         "longest an in-process cache (tokens, tools, deny rules) may serve data another process changed "
         "when LISTEN/NOTIFY is unavailable", "float")
     audit_flush_ms: int = _setting("TREG_AUDIT_FLUSH_MS", 200, "audit rows are written in batches at most this late", "int")
+    audit_queue_max: int = _setting(
+        "TREG_AUDIT_QUEUE_MAX", 100_000,
+        "audit rows kept in memory while the database cannot be reached (written once it is back); beyond "
+        "it the oldest are dropped, and logged", "int")
     tool_platform_settings: tuple[str, ...] = _setting(
         "TREG_TOOL_PLATFORM_SETTINGS", (),
         "`TREG_PLATFORM_*` names an org tool's binding may inject (`platform_setting`); the operator's opt-in, "

@@ -3,8 +3,18 @@
 A call never waits on an audit INSERT: records are queued and a background task writes them in one
 multi-row INSERT, with the tokens' last use, as one statement (one round trip) every
 ``TREG_AUDIT_FLUSH_MS`` (or sooner when many are waiting). On a clean shutdown
-``close()`` writes everything still queued. A failed write is retried; a row is dropped only if it
-cannot be written after several attempts (logged, without its evidence).
+``close()`` writes everything still queued.
+
+What a failure costs (docs/operations.md "When the database is away"):
+
+* the database unreachable, restarting or failing statements: nothing is dropped. The rows stay queued
+  in order and the writer tries again, backing off to ``RETRY_MAX_S``, for as long as it takes; only
+  beyond ``TREG_AUDIT_QUEUE_MAX`` rows are the oldest dropped (logged with their count);
+* the database refusing a value (:class:`~treg.errors.DataRefused`, a constraint): the batch is written
+  by halves until each refused row is alone, so one row cannot cost the rows beside it (a 500-row
+  batch once went, whole, with a tag longer than its column). A row refused alone is dropped, logged
+  with its call id and without its evidence; one the key says is already there (its statement's
+  answer lost on a cut connection) counts as written.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from treg.call_record import CallRecord
 from treg.context import Services
-from treg.errors import TregError
+from treg.errors import DataRefused, IntegrityError, TregError
 from treg.infra.schema import calls, tokens
 
 log = logging.getLogger(__name__)
@@ -54,6 +64,10 @@ _INSERT_SQL = (f"INSERT INTO {calls.name} ({', '.join(c.name for c in _COLUMNS)}
 _BATCH_SQL = (f"WITH touched AS (UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY(%(ids)s) RETURNING 1) "
               + _INSERT_SQL)
 BATCH_MAX = 500
+#: the longest wait between two tries while the database cannot be reached
+RETRY_MAX_S = 2.0
+#: how long ``close()`` keeps trying to write what is queued before it gives up (logged)
+CLOSE_RETRY_S = 10.0
 #: rows encoded per step of the loop: a 500-row batch encoded at once held the loop for ms at a time,
 #: so the call in flight at that moment waited for it (the c=1 tail, docs/performance.md round 4)
 ENCODE_SLICE = 64
@@ -67,9 +81,14 @@ class AuditWriter:
         self._queue: list[CallRecord] = []
         self._touched: set[str] = set()
         self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self.written = 0
+        #: rows dropped: refused alone by the database, or beyond ``TREG_AUDIT_QUEUE_MAX`` in an outage
+        self.dropped = 0
+        #: the database could not be reached on the last try (logged once per outage)
+        self.failing = False
         self._flush_lock = asyncio.Lock()
 
     def record(self, rec: CallRecord) -> None:
@@ -85,53 +104,100 @@ class AuditWriter:
 
     async def _run(self) -> None:
         interval = max(self._svc.settings.audit_flush_ms, 1) / 1000
+        backoff = 0.0
         while not self._closing:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval)
+                if backoff:  # through an outage the tries back off: a full queue does not hurry them
+                    await asyncio.wait_for(self._stop.wait(), backoff)
+                else:
+                    await asyncio.wait_for(self._wake.wait(), interval)
             self._wake.clear()
-            await self.flush()
+            backoff = 0.0 if await self.flush() else min(max(backoff * 2, 0.05), RETRY_MAX_S)
 
-    async def flush(self) -> None:
-        """Write what is queued now. Records that arrive meanwhile wait for the next tick: draining
-        until the queue is empty would, under steady load, never stop and write one tiny batch per
-        database round trip (docs/performance.md)."""
+    async def flush(self) -> bool:
+        """Write what is queued now; False when the database could not be reached (what was not written
+        stays queued, in order, for the next try). Records that arrive meanwhile wait for the next tick:
+        draining until the queue is empty would, under steady load, never stop and write one tiny batch
+        per database round trip (docs/performance.md)."""
         async with self._flush_lock:
             pending, self._queue = self._queue, []
             touched, self._touched = self._touched, set()
-            attempts = 0
             try:
                 while pending or touched:
                     batch = pending[:BATCH_MAX]
-                    try:
-                        rows = (await insert_sql_spread(batch))[1]["rows"] if batch else "[]"
-                        await self._svc.db.run(_BATCH_SQL, {"rows": rows, "ids": sorted(touched)}, path="audit")
-                        del pending[:len(batch)]
-                        touched = set()
-                        self.written += len(batch)
-                        attempts = 0
-                    except TregError as exc:
-                        attempts += 1
-                        if attempts >= 5:
-                            log.error("audit write failed %d times (%s); dropping %d records", attempts, exc.code,
-                                      len(batch))
-                            del pending[:len(batch)]
-                            return
-                        await asyncio.sleep(0.05 * attempts)
+                    left, touched = await self._write(batch, touched)
+                    if left:  # the database could not be reached: the rest waits for the next try
+                        pending[:len(batch)] = left
+                        return False
+                    del pending[:len(batch)]
+                return True
             finally:
-                # whatever was not written goes back in front of the queue (order kept)
+                # whatever was not written goes back in front of the queue (order kept), within the bound
                 self._queue[:0] = pending
                 self._touched |= touched
+                self._bound()
+
+    async def _write(self, batch: list[CallRecord], touched: set[str]) -> tuple[list[CallRecord], set[str]]:
+        """``batch`` and the tokens' uses written, by halves around any row the database refuses: what is
+        left unwritten (the database could not be reached; empty: all written or dropped) and the token
+        uses still to write."""
+        parts = [batch]  # a stack, leftmost part on top: rows are written in their order
+        while parts:
+            part = parts.pop()
+            try:
+                rows = (await insert_sql_spread(part))[1]["rows"] if part else "[]"
+                await self._svc.db.run(_BATCH_SQL, {"rows": rows, "ids": sorted(touched)}, path="audit")
+            except (DataRefused, IntegrityError) as exc:
+                if len(part) > 1:
+                    mid = len(part) // 2
+                    parts += [part[mid:], part[:mid]]
+                    continue
+                if part and isinstance(exc, IntegrityError) and exc.constraint == "pk_calls":
+                    self.written += 1  # written already: an earlier try's answer was lost with its connection
+                elif part:
+                    self.dropped += 1
+                    log.error("audit row of call %s dropped: the database refused it (%s)", part[0].id,
+                              exc.constraint if isinstance(exc, IntegrityError) else exc.code)
+                continue
+            except TregError as exc:  # unreachable, restarting, a statement timeout: nothing is dropped
+                if not self.failing:
+                    self.failing = True
+                    log.warning("audit writes failing (%s); the rows are kept and written once the database "
+                                "is back", exc.code)
+                return [r for p in (part, *reversed(parts)) for r in p], touched
+            if self.failing:
+                self.failing = False
+                log.warning("audit writes back; the rows kept meanwhile are being written")
+            touched = set()
+            self.written += len(part)
+        return [], touched
+
+    def _bound(self) -> None:
+        excess = len(self._queue) - self._svc.settings.audit_queue_max
+        if excess > 0:
+            del self._queue[:excess]
+            self.dropped += excess
+            log.error("audit queue over TREG_AUDIT_QUEUE_MAX through a database outage: %d oldest rows "
+                      "dropped", excess)
 
     async def close(self) -> None:
         self._closing = True
         self._wake.set()
+        self._stop.set()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
-        for _ in range(10):  # bounded: nothing new arrives once the server stopped taking calls
-            await self.flush()
-            if not self._queue and not self._touched:
-                break
+        # bounded: nothing new arrives once the server stopped taking calls, and a database that stays
+        # away is given CLOSE_RETRY_S
+        deadline = asyncio.get_running_loop().time() + CLOSE_RETRY_S
+        wait = 0.05
+        while not await self.flush() or self._queue or self._touched:
+            if asyncio.get_running_loop().time() + wait > deadline:
+                log.error("audit writer stopped with %d rows it could not write (the database stayed away)",
+                          len(self._queue))
+                return
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, RETRY_MAX_S)
 
 
 #: what JSONB refuses in a string: a NUL (\u0000) and an unpaired UTF-16 surrogate half, each only

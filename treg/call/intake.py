@@ -14,6 +14,7 @@ import base64
 import binascii
 import logging
 import zlib
+from dataclasses import replace
 from typing import NamedTuple
 
 from treg import authentication
@@ -25,6 +26,7 @@ from treg.events import Event
 from treg.authentication import ANY_SCOPE
 from treg.identity import DEMO, FULL, TABLE, Identity
 from treg.infra.upstream import header_text
+from treg.money.limits import check_tag as _check_tag
 from treg.plugins import call_hook
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,19 @@ def check_scope(state: CallState) -> None:
         return
     if inp.surface not in _SCOPE_SURFACES.get(ident.scope, ()) or (ident.scope == TABLE and inp.method != "GET"):
         raise authentication.scope_refusal(ident)
+
+
+def check_tag(state: CallState) -> None:
+    """``X-Treg-Tag`` as the limits read it (1-200 visible ASCII characters), on every identified call,
+    not only where a hold is placed: an own tool's call once relayed any tag, and its audit row, unable
+    to store it, failed the batch of every org's rows it rode in. The refusal's own row goes without it."""
+    tag = state.inp.tag
+    if tag is not None:
+        try:
+            _check_tag(tag)
+        except BadRequest:
+            state.inp = replace(state.inp, tag=None)
+            raise
 
 
 async def load_body(state: CallState) -> None:

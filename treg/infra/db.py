@@ -22,7 +22,7 @@ import psycopg2.extras
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
-from treg.errors import DatabaseError, DbPoolExhausted, IntegrityError
+from treg.errors import DataRefused, DatabaseError, DbPoolExhausted, IntegrityError
 from treg.infra.statement_lines import Lines
 from treg.memo import BoundedMemo
 
@@ -116,6 +116,9 @@ def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
         constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
         return IntegrityError(f"the write conflicts with existing data ({constraint or code})",
                               constraint=constraint)
+    if code[:2] in ("22", "54"):  # a data exception, a program limit: the statement's values, not the server
+        log.warning("database refused a value (%s) on %.200s", code, sql)
+        return DataRefused("the database refused a value of the statement", code="database_error")
     if code in ("40001", "40P01"):
         return DatabaseError("the database aborted a conflicting transaction; retry", code="db_conflict")
     log.warning("database error %s on %.200s", code or type(exc).__name__, sql)

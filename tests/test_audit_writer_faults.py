@@ -1,0 +1,174 @@
+"""The audit writer through faults (treg/call/audit.py; docs/operations.md "When the database is
+away"): no row is lost while the database stays away for longer than the writer's tries once lasted
+(five in half a second, then the batch was dropped); a row the database refuses costs only itself, not
+the batch of every org's rows it rides in; an ``X-Treg-Tag`` no limit could read is refused at intake,
+where it once reached the batch and failed it; the queue kept through an outage is bounded, and so is
+a shutdown's wait for a database that stays away.
+
+Real parts: the test's own database, made unreachable by refusing its connections and cutting the
+open ones (``ALLOW_CONNECTIONS false``, ``pg_terminate_backend``); treg on a real socket; the
+raw-socket upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Iterator
+
+import psycopg2.extensions
+
+from treg import membership
+from treg.call import audit
+from treg.call_record import CallRecord
+from treg.keys import SERVICES
+from treg.testing import Gateway, dsn_for, http_response, raw_upstream, run_sql, within
+
+
+@contextlib.contextmanager
+def _database_away(base: str, dsn: str) -> Iterator[None]:
+    """The test's database refuses every new connection and its open ones are cut, until the block ends."""
+    name = psycopg2.extensions.parse_dsn(dsn)["dbname"]
+    admin = dsn_for(base, "postgres")
+    run_sql(admin, f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
+    try:
+        run_sql(admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", name)
+        yield
+    finally:
+        run_sql(admin, f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
+
+
+@contextlib.asynccontextmanager
+async def _gateway(aiohttp_client: Any, make_app: Any, **settings: Any) -> Any:
+    async with raw_upstream(lambda ex: http_response(200, b"fine")) as up:
+        client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), **settings))
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        await gw.tool("t", up.url)
+        try:
+            yield gw, up
+        finally:
+            await client.close()
+
+
+def _record(org_id: str, n: int, **fields: Any) -> CallRecord:
+    return CallRecord(id=f"call_fault_{n}", org_id=org_id, member_id=None, surface="call", method="GET",
+                      target="t/x", outcome="ok", status=200, **fields)
+
+
+def _ids(dsn: str, org_id: str) -> set[str]:
+    return {r[0] for r in run_sql(dsn, "SELECT id FROM calls WHERE org_id = %s", org_id)}
+
+
+async def test_calls_answered_before_an_outage_are_all_written_once_the_database_is_back(
+        make_app, aiohttp_client, pg_base, dsn):
+    """Twelve calls answered, their rows queued (a long flush interval: nothing written yet); the database
+    goes away for two seconds, four times the writer's old window before it dropped a batch. Every try
+    meanwhile fails and keeps the rows; once it is back, one flush writes all twelve, once each."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        answers = [await gw.call("GET", f"/call/t/{i}") for i in range(12)]
+        assert {r.status for r in answers} == {200}
+        sent = {r.headers["X-Treg-Call-Id"] for r in answers}
+        with _database_away(pg_base, dsn):
+            for _ in range(4):
+                assert await writer.flush() is False
+                await asyncio.sleep(0.5)
+            assert writer.failing and writer.dropped == 0
+            assert sent <= {rec.id for rec in writer._queue}
+        assert await writer.flush() is True
+        assert not writer.failing and writer.dropped == 0
+        assert sent <= _ids(dsn, org_id)
+        assert run_sql(dsn, "SELECT count(*) FROM calls WHERE id = ANY(%s)", list(sent)) == [(12,)]
+
+
+async def test_the_writer_keeps_trying_by_itself_through_an_outage(make_app, aiohttp_client, pg_base, dsn):
+    """The background loop (a 20 ms interval) through a two-second outage: it backs off instead of
+    dropping, and writes the rows queued meanwhile on its own once the database is back."""
+    async with _gateway(aiohttp_client, make_app) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        with _database_away(pg_base, dsn):
+            for i in range(30):
+                writer.record(_record(org_id, i))
+            await within(10, _true(lambda: writer.failing))
+            await asyncio.sleep(2)
+            assert writer.dropped == 0 and len(writer._queue) == 30
+        await within(15, lambda: asyncio.to_thread(lambda: len(_ids(dsn, org_id)) == 30))
+        assert writer.dropped == 0 and not writer.failing
+
+
+async def test_one_row_the_database_refuses_costs_only_itself(make_app, aiohttp_client, dsn, caplog):
+    """A batch of twenty rows, one carrying a tag longer than its column (as a plugin's or a future
+    stage's value might): the batch is written by halves, the nineteen others are stored, the one is
+    dropped, logged by its call id. A row already stored (its earlier statement's answer lost) is
+    counted written, not dropped."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        for i in range(20):
+            writer.record(_record(org_id, i, tag="t" * 300 if i == 13 else f"tag-{i}"))
+        with caplog.at_level(logging.ERROR, logger="treg.call.audit"):
+            assert await writer.flush() is True
+        assert _ids(dsn, org_id) == {f"call_fault_{i}" for i in range(20) if i != 13}
+        assert writer.dropped == 1 and "call_fault_13" in caplog.text
+        written = writer.written
+        writer.record(_record(org_id, 3, tag="tag-3"))  # stored already
+        writer.record(_record(org_id, 99))
+        assert await writer.flush() is True
+        assert writer.dropped == 1 and writer.written == written + 2
+        assert "call_fault_99" in _ids(dsn, org_id)
+
+
+async def test_an_x_treg_tag_no_limit_can_read_is_refused_at_intake(make_app, aiohttp_client, dsn):
+    """An own tool's call (no hold, so no limit read the tag before) with a tag over 200 characters, or
+    with a space: 400 ``invalid_tag``, nothing sent upstream, the refusal audited without the tag. The
+    rows beside them in the batch are all written; a 200-character tag is relayed and stored."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        before = await gw.call("GET", "/call/t/before")
+        refused = [await gw.call("GET", "/call/t/x", headers={"X-Treg-Tag": tag})
+                   for tag in ("t" * 201, "a b")]
+        for r in refused:
+            assert r.status == 400 and (await r.json())["error"] == "invalid_tag"
+        assert len(up.exchanges) == 1
+        longest = await gw.call("GET", "/call/t/y", headers={"X-Treg-Tag": "t" * 200})
+        assert longest.status == 200 and len(up.exchanges) == 2
+        assert await writer.flush() is True and writer.dropped == 0
+        rows = dict((r[0], r[1:]) for r in run_sql(
+            dsn, "SELECT id, outcome, error_code, tag FROM calls WHERE org_id = %s", org_id))
+        assert rows[before.headers["X-Treg-Call-Id"]] == ("ok", None, None)
+        for r in refused:
+            assert rows[r.headers["X-Treg-Call-Id"]] == ("refused", "invalid_tag", None)
+        assert rows[longest.headers["X-Treg-Call-Id"]] == ("ok", None, "t" * 200)
+
+
+async def test_the_queue_kept_through_an_outage_is_bounded(make_app, aiohttp_client, pg_base, dsn, caplog):
+    """``TREG_AUDIT_QUEUE_MAX`` rows at most wait through an outage: beyond it the oldest are dropped,
+    counted and logged; the newest are written once the database is back."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000, audit_queue_max=5) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        with _database_away(pg_base, dsn), caplog.at_level(logging.ERROR, logger="treg.call.audit"):
+            for i in range(8):
+                writer.record(_record(org_id, i))
+            assert await writer.flush() is False
+            assert writer.dropped == 3 and len(writer._queue) == 5
+            assert "3 oldest rows dropped" in caplog.text
+        assert await writer.flush() is True
+        assert _ids(dsn, org_id) == {f"call_fault_{i}" for i in range(3, 8)}
+
+
+async def test_a_shutdown_waits_for_a_database_that_stays_away_only_so_long(make_app, aiohttp_client, pg_base,
+                                                                            dsn, caplog, monkeypatch):
+    monkeypatch.setattr(audit, "CLOSE_RETRY_S", 1.0)
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        with _database_away(pg_base, dsn), caplog.at_level(logging.ERROR, logger="treg.call.audit"):
+            writer.record(_record(org_id, 1))
+            await asyncio.wait_for(writer.close(), 10)
+            assert "1 rows it could not write" in caplog.text
+
+
+def _true(predicate: Any) -> Any:
+    async def probe() -> bool:
+        return bool(predicate())
+    return probe
+
