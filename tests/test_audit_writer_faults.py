@@ -19,10 +19,9 @@ from typing import Any, Iterator
 import psycopg2.extensions
 
 from treg import membership
-from treg.call import audit
 from treg.call_record import CallRecord
 from treg.keys import SERVICES
-from treg.testing import Gateway, dsn_for, http_response, raw_upstream, run_sql, within
+from treg.testing import Gateway, dsn_for, http_response, raw_exchange, raw_upstream, run_sql, within
 
 
 @contextlib.contextmanager
@@ -130,6 +129,11 @@ async def test_an_x_treg_tag_no_limit_can_read_is_refused_at_intake(make_app, ai
         for r in refused:
             assert r.status == 400 and (await r.json())["error"] == "invalid_tag"
         assert len(up.exchanges) == 1
+        # refused for another reason first (a header that is not UTF-8): its row goes without the tag too
+        head = (b"GET /call/t/z HTTP/1.1\r\nHost: h\r\nX-Treg-Token: " + gw.org["token"].encode()
+                + b"\r\nX-Treg-Tag: " + b"t" * 201 + b"\r\nX-Name: caf\xe9\r\n\r\n")
+        latin1 = await raw_exchange(gw.client.port, head)
+        assert latin1.status == 400 and latin1.json()["error"] == "invalid_header"
         longest = await gw.call("GET", "/call/t/y", headers={"X-Treg-Tag": "t" * 200})
         assert longest.status == 200 and len(up.exchanges) == 2
         assert await writer.flush() is True and writer.dropped == 0
@@ -138,6 +142,7 @@ async def test_an_x_treg_tag_no_limit_can_read_is_refused_at_intake(make_app, ai
         assert rows[before.headers["X-Treg-Call-Id"]] == ("ok", None, None)
         for r in refused:
             assert rows[r.headers["X-Treg-Call-Id"]] == ("refused", "invalid_tag", None)
+        assert rows[latin1.header("X-Treg-Call-Id")] == ("refused", "invalid_header", None)
         assert rows[longest.headers["X-Treg-Call-Id"]] == ("ok", None, "t" * 200)
 
 
@@ -157,14 +162,33 @@ async def test_the_queue_kept_through_an_outage_is_bounded(make_app, aiohttp_cli
 
 
 async def test_a_shutdown_waits_for_a_database_that_stays_away_only_so_long(make_app, aiohttp_client, pg_base,
-                                                                            dsn, caplog, monkeypatch):
-    monkeypatch.setattr(audit, "CLOSE_RETRY_S", 1.0)
-    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+                                                                            dsn, caplog):
+    """``TREG_AUDIT_CLOSE_S`` bounds a shutdown's tries; a row and a token's use only, or nothing at all,
+    do not make it wait longer (a batch of token uses alone once looped without end)."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000, audit_close_s=1.0) as (gw, up):
         writer, org_id = gw.services.audit, gw.org["org_id"]
+        assert (await gw.client.get("/api/v1/me", headers=gw.owner)).status == 200  # a token's use to write
         with _database_away(pg_base, dsn), caplog.at_level(logging.ERROR, logger="treg.call.audit"):
             writer.record(_record(org_id, 1))
+            t0 = asyncio.get_running_loop().time()
             await asyncio.wait_for(writer.close(), 10)
+            assert 0.5 < asyncio.get_running_loop().time() - t0 < 3
             assert "1 rows it could not write" in caplog.text
+
+
+async def test_token_uses_alone_wait_through_an_outage_too(make_app, aiohttp_client, pg_base, dsn):
+    """A flush with no row, only tokens' last use to write, while the database is away: it fails and
+    returns (once, it looped on the failed statement without end), and writes them once it is back."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer = gw.services.audit
+        assert (await gw.client.get("/api/v1/me", headers=gw.owner)).status == 200
+        assert await writer.flush() is True  # the org's creation and that call: written
+        assert (await gw.client.get("/api/v1/me", headers=gw.owner)).status == 200
+        assert writer._touched and not writer._queue
+        with _database_away(pg_base, dsn):
+            assert await asyncio.wait_for(writer.flush(), 10) is False
+            assert writer._touched
+        assert await writer.flush() is True and not writer._touched
 
 
 def _true(predicate: Any) -> Any:

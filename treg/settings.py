@@ -127,6 +127,10 @@ class Settings:
         "TREG_AUDIT_QUEUE_MAX", 100_000,
         "audit rows kept in memory while the database cannot be reached (written once it is back); beyond "
         "it the oldest are dropped, and logged", "int")
+    audit_close_s: float = _setting(
+        "TREG_AUDIT_CLOSE_S", 5.0,
+        "seconds a shutdown keeps trying to write the audit rows still queued while the database cannot be "
+        "reached; what is left then is logged as lost", "float")
     tool_platform_settings: tuple[str, ...] = _setting(
         "TREG_TOOL_PLATFORM_SETTINGS", (),
         "`TREG_PLATFORM_*` names an org tool's binding may inject (`platform_setting`); the operator's opt-in, "

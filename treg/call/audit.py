@@ -66,8 +66,6 @@ _BATCH_SQL = (f"WITH touched AS (UPDATE {tokens.name} SET last_used_at = now() W
 BATCH_MAX = 500
 #: the longest wait between two tries while the database cannot be reached
 RETRY_MAX_S = 2.0
-#: how long ``close()`` keeps trying to write what is queued before it gives up (logged)
-CLOSE_RETRY_S = 10.0
 #: rows encoded per step of the loop: a 500-row batch encoded at once held the loop for ms at a time,
 #: so the call in flight at that moment waited for it (the c=1 tail, docs/performance.md round 4)
 ENCODE_SLICE = 64
@@ -126,7 +124,7 @@ class AuditWriter:
                 while pending or touched:
                     batch = pending[:BATCH_MAX]
                     left, touched = await self._write(batch, touched)
-                    if left:  # the database could not be reached: the rest waits for the next try
+                    if left is not None:  # the database could not be reached: the rest waits for the next try
                         pending[:len(batch)] = left
                         return False
                     del pending[:len(batch)]
@@ -137,10 +135,11 @@ class AuditWriter:
                 self._touched |= touched
                 self._bound()
 
-    async def _write(self, batch: list[CallRecord], touched: set[str]) -> tuple[list[CallRecord], set[str]]:
-        """``batch`` and the tokens' uses written, by halves around any row the database refuses: what is
-        left unwritten (the database could not be reached; empty: all written or dropped) and the token
-        uses still to write."""
+    async def _write(self, batch: list[CallRecord],
+                     touched: set[str]) -> tuple[list[CallRecord] | None, set[str]]:
+        """``batch`` and the tokens' uses written, by halves around any row the database refuses: the rows
+        left unwritten because the database could not be reached (None: every row written or dropped;
+        a batch of token uses alone leaves an empty list) and the token uses still to write."""
         parts = [batch]  # a stack, leftmost part on top: rows are written in their order
         while parts:
             part = parts.pop()
@@ -170,7 +169,7 @@ class AuditWriter:
                 log.warning("audit writes back; the rows kept meanwhile are being written")
             touched = set()
             self.written += len(part)
-        return [], touched
+        return None, touched
 
     def _bound(self) -> None:
         excess = len(self._queue) - self._svc.settings.audit_queue_max
@@ -188,8 +187,8 @@ class AuditWriter:
             with contextlib.suppress(Exception):
                 await self._task
         # bounded: nothing new arrives once the server stopped taking calls, and a database that stays
-        # away is given CLOSE_RETRY_S
-        deadline = asyncio.get_running_loop().time() + CLOSE_RETRY_S
+        # away is given TREG_AUDIT_CLOSE_S
+        deadline = asyncio.get_running_loop().time() + self._svc.settings.audit_close_s
         wait = 0.05
         while not await self.flush() or self._queue or self._touched:
             if asyncio.get_running_loop().time() + wait > deadline:

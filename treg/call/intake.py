@@ -26,7 +26,7 @@ from treg.events import Event
 from treg.authentication import ANY_SCOPE
 from treg.identity import DEMO, FULL, TABLE, Identity
 from treg.infra.upstream import header_text
-from treg.money.limits import check_tag as _check_tag
+from treg.money.limits import check_tag as _check_tag, valid_tag
 from treg.plugins import call_hook
 
 log = logging.getLogger(__name__)
@@ -139,14 +139,22 @@ def check_scope(state: CallState) -> None:
 def check_tag(state: CallState) -> None:
     """``X-Treg-Tag`` as the limits read it (1-200 visible ASCII characters), on every identified call,
     not only where a hold is placed: an own tool's call once relayed any tag, and its audit row, unable
-    to store it, failed the batch of every org's rows it rode in. The refusal's own row goes without it."""
+    to store it, failed the batch of every org's rows it rode in. The refusal's own row goes without it
+    (:func:`drop_invalid_tag`)."""
     tag = state.inp.tag
     if tag is not None:
         try:
             _check_tag(tag)
         except BadRequest:
-            state.inp = replace(state.inp, tag=None)
+            drop_invalid_tag(state)
             raise
+
+
+def drop_invalid_tag(state: CallState) -> None:
+    """A refused call's row without a tag no limit could read (a refusal raised before the tag's check,
+    a header that is not UTF-8, carries it still)."""
+    if state.inp.tag is not None and not valid_tag(state.inp.tag):
+        state.inp = replace(state.inp, tag=None)
 
 
 async def load_body(state: CallState) -> None:

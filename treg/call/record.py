@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import json
 from treg import idempotency
-from treg.call import call_caps, demo, evidence, hub_views
+from treg.call import call_caps, demo, evidence, hub_views, intake
 from treg.call.state import CallState, Finish
 from treg.call_record import CallRecord
 from treg.context import Services
@@ -55,6 +55,7 @@ def _unexpected() -> TregError:
 
 
 def _failure_record(state: CallState, exc: TregError, failure_kind: str | None = None) -> CallRecord:
+    intake.drop_invalid_tag(state)  # refused before its tag was checked: the row cannot hold every tag
     err_req = state.request_evidence()
     err_resp = None
     if err_req is not None:

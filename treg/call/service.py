@@ -29,9 +29,9 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     ident = await intake.identify(svc, state)  # 1 intake: who calls (unknown: a 401, not recorded)
     try:
         intake.check_scope(state)  # ... a scoped token only where its scope reaches (a table token: GET /table/)
-        intake.check_tag(state)  # ... and an X-Treg-Tag every limit and the audit row can hold
         table.intake(state)  # ... /table/: its format and Accept are treg's, never the vendor's
-        await intake.load_body(state)  # ... then the body the edge left pending
+        await intake.load_body(state)  # ... then the body the edge left pending (or its header refusal)
+        intake.check_tag(state)  # ... and an X-Treg-Tag every limit and the audit row can hold
         state.target = target = await resolve.resolve_target(svc, ident, state)  # 2 resolve: tool or catalog endpoint
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)

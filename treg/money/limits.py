@@ -33,8 +33,12 @@ _TAG = re.compile(r"\A[\x21-\x7e]{1,200}\Z")
 MAX_LIMIT_MICRO = 1_000_000 * 1_000_000
 
 
+def valid_tag(tag: Any) -> bool:
+    return isinstance(tag, str) and _TAG.fullmatch(tag) is not None
+
+
 def check_tag(tag: Any) -> str:
-    if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+    if not valid_tag(tag):
         raise BadRequest("a tag (X-Treg-Tag) is 1-200 visible ASCII characters without spaces", code="invalid_tag")
     return tag
 
