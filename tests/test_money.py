@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import asyncio
 import random
 
@@ -57,6 +59,25 @@ async def test_hold_settle_release_and_the_books(svc, org):
     assert (await money.get_hold(svc, "c2"))["settled_micro"] == 0
     books = await check_books(svc, oid)
     assert books["balance"] == 10_000 - 1_200 and books["open"] == 0
+
+
+async def test_an_observed_price_beyond_any_amount_settles_at_the_hold_beside_the_others(svc, org):
+    """A vendor's usage figure times its rate can be any number (1e300 tokens): the close settles the
+    hold's amount, and the other closes in the same statement are written too. Sent as it was, the
+    figure failed bigint's cast and the whole batch with it, left to the reaper uncharged."""
+    from treg.money.holds import SETTLED, Close, close_on
+
+    oid = org["org_id"]
+    await money.grant(svc, org_id=oid, amount_micro=10_000, actor="test")
+    await money.place_hold(svc, org_id=oid, member_id=None, call_id="c1", amount_micro=2_000)
+    await money.place_hold(svc, org_id=oid, member_id=None, call_id="c2", amount_micro=1_000)
+    closed = await close_on(svc.db, [Close("c1", SETTLED, int(Decimal("1e300"))), Close("c2", SETTLED, 400)])
+    assert sorted(c.call_id for c in closed) == ["c1", "c2"]
+    assert (await money.get_hold(svc, "c1"))["settled_micro"] == 2_000
+    assert (await money.get_hold(svc, "c2"))["settled_micro"] == 400
+    assert await money.settle(svc, "c3", 10**40) is False  # no such hold: still no database error
+    books = await check_books(svc, oid)
+    assert books["balance"] == 10_000 - 2_400 and books["open"] == 0
 
 
 async def test_settle_is_capped_at_the_estimate(svc, org):

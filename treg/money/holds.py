@@ -176,11 +176,19 @@ def checked_close(c: Close) -> Close:
     return c
 
 
+#: the largest amount PostgreSQL's bigint holds. An observed price is a vendor's usage figure times its
+#: rate, so it can be any size. The statement settles ``least(observed, amount)``, the hold's amount at
+#: most, so a larger one is cut to this here: sent as it is, it failed the cast, and with it the batch
+#: of every other call's close beside it (left to the reaper: released, uncharged)
+OBSERVED_MAX = 2**63 - 1
+
+
 def _close_params(closes: Sequence[Close]) -> dict[str, Any]:
     for c in closes:
         assert c.state in (SETTLED, RELEASED), c.state
     return {"calls": [c.call_id for c in closes], "states": [c.state for c in closes],
-            "observed": [check_amount(c.observed_micro) if c.state == SETTLED else 0 for c in closes]}
+            "observed": [min(check_amount(c.observed_micro), OBSERVED_MAX) if c.state == SETTLED else 0
+                         for c in closes]}
 
 
 def _closed(rows: Iterable[Sequence[Any]]) -> list[Closed]:
