@@ -196,3 +196,26 @@ def _true(predicate: Any) -> Any:
         return bool(predicate())
     return probe
 
+
+
+async def test_token_uses_the_database_refuses_are_dropped_not_tried_without_end(make_app, aiohttp_client,
+                                                                                 monkeypatch, caplog):
+    """The tokens' last use alone, refused for what it carries (a fault put in the statement: no value
+    treg sends today is refused): the flush ends, logged, instead of trying the same statement forever."""
+    from treg.errors import DataRefused
+
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, db = gw.services.audit, gw.services.db
+        assert await writer.flush() is True
+        real_run = db.run
+
+        async def run(sql: str, params: Any, **kw: Any) -> Any:
+            if params.get("rows") == "[]":
+                raise DataRefused("refused", code="database_error")
+            return await real_run(sql, params, **kw)
+
+        monkeypatch.setattr(db, "run", run)
+        writer.touch_token("tok_refused")
+        with caplog.at_level(logging.ERROR, logger="treg.call.audit"):
+            assert await asyncio.wait_for(writer.flush(), 10) is True
+        assert not writer._touched and "tokens' last use dropped" in caplog.text

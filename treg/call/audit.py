@@ -151,9 +151,12 @@ class AuditWriter:
                     mid = len(part) // 2
                     parts += [part[mid:], part[:mid]]
                     continue
-                if part and isinstance(exc, IntegrityError) and exc.constraint == "pk_calls":
+                if not part:  # the tokens' last use alone refused: dropped, or it would be tried without end
+                    log.error("tokens' last use dropped: the database refused it (%s)", exc.code)
+                    touched = set()
+                elif isinstance(exc, IntegrityError) and exc.constraint == "pk_calls":
                     self.written += 1  # written already: an earlier try's answer was lost with its connection
-                elif part:
+                else:
                     self.dropped += 1
                     log.error("audit row of call %s dropped: the database refused it (%s)", part[0].id,
                               exc.constraint if isinstance(exc, IntegrityError) else exc.code)
