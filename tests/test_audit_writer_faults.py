@@ -219,3 +219,23 @@ async def test_token_uses_the_database_refuses_are_dropped_not_tried_without_end
         with caplog.at_level(logging.ERROR, logger="treg.call.audit"):
             assert await asyncio.wait_for(writer.flush(), 10) is True
         assert not writer._touched and "tokens' last use dropped" in caplog.text
+
+
+async def test_a_content_length_no_audit_row_can_hold_is_refused(make_app, aiohttp_client, dsn):
+    """A declared ``Content-Length`` of 2**63 or more (llhttp takes up to 2**64 - 1): ``400
+    body_too_large`` before anything is sent, and the refusal audited. Relayed, its row's
+    ``request_bytes`` was a value PostgreSQL refused: a call that left no row."""
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        ids = []
+        for length in (2**63, 2**64 - 1):
+            head = (b"POST /call/t/x HTTP/1.1\r\nHost: h\r\nX-Treg-Token: " + gw.org["token"].encode()
+                    + b"\r\nContent-Length: " + str(length).encode() + b"\r\n\r\nabc")
+            reply = await asyncio.wait_for(raw_exchange(gw.client.port, head), 10)
+            assert reply.status == 400 and reply.json()["error"] == "body_too_large"
+            ids.append(reply.header("X-Treg-Call-Id"))
+        assert up.connections == 0
+        assert await writer.flush() is True and writer.dropped == 0
+        rows = dict((r[0], r[1:]) for r in run_sql(
+            dsn, "SELECT id, outcome, error_code FROM calls WHERE org_id = %s", org_id))
+        assert [rows[i] for i in ids] == [("refused", "body_too_large")] * 2

@@ -146,6 +146,17 @@ def _refuse_header(name: str) -> PendingBody:
     return PendingBody(load)
 
 
+#: the longest body a caller may declare: 2**63 - 1, what the audit row's ``request_bytes`` (a bigint)
+#: holds. A longer one (llhttp takes lengths up to 2**64 - 1) once made a row PostgreSQL refused
+CONTENT_LENGTH_MAX = 2**63 - 1
+
+
+def _refuse_length() -> PendingBody:
+    async def load(inp: CallInput) -> CallInput:
+        raise BadRequest(f"the declared Content-Length is over {CONTENT_LENGTH_MAX} bytes", code="body_too_large")
+    return PendingBody(load)
+
+
 def _refuse_coding(te: str) -> PendingBody:
     async def load(inp: CallInput) -> CallInput:
         # aiohttp's parser already refused chunked-not-last, a repeated header and a coding without
@@ -209,6 +220,8 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     elif te is not None and te.strip().lower() != "chunked" and \
             [c.strip().lower() for c in te.split(",")] != ["chunked"]:
         body = _refuse_coding(te)
+    elif declared is not None and declared > CONTENT_LENGTH_MAX:
+        body = _refuse_length()
     elif ctl.body_encoding is not None:
         body = _decoded_body(request, ctl.body_encoding, declared)
     elif declared is None and (te is None or "chunked" not in te.lower()):
