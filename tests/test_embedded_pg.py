@@ -99,6 +99,24 @@ def test_a_failing_start_is_a_config_error(monkeypatch, tmp_path):
     assert info.value.code == "embedded_db_failed" and "could not create directory" in info.value.detail
 
 
+def test_the_data_folder_exists_before_pgserver_looks(monkeypatch, tmp_path):
+    """pgserver makes a missing data folder with ``exist_ok=False`` after testing that it is missing: of
+    two ``treg serve`` starting at once on a fresh home, one failed "File exists" (seen in
+    tests/test_shared_home.py). treg makes the folder first, so pgserver never does."""
+    import pgserver
+
+    seen = []
+
+    def get_server(pgdata: Path, cleanup_mode: str) -> None:
+        seen.append(Path(pgdata).is_dir())
+        raise OSError("stop here")
+
+    monkeypatch.setattr(pgserver, "get_server", get_server)
+    with pytest.raises(ConfigError):
+        embedded_pg.start(tmp_path / "home" / "pg")
+    assert seen == [True]
+
+
 def test_uri_to_dsn():
     assert embedded_pg._uri_to_dsn("postgresql://postgres:@/postgres?host=/data/pg") == \
         "host=/data/pg user=postgres dbname=postgres"

@@ -114,6 +114,9 @@ def _start_pgserver(pg_dir: Path) -> EmbeddedPostgres | None:
         except ImportError:
             return None
         lock = PostgresServer._lock
+        # made here, idempotently: pgserver makes a missing folder with exist_ok=False after testing that
+        # it is missing, so of two processes starting at once on a fresh home, one failed "File exists"
+        pg_dir.mkdir(exist_ok=True, mode=0o700)
         drop_dead_handles(pg_dir.resolve(), lock)
         server: Any = pgserver.get_server(pg_dir, cleanup_mode="stop")
     # atexit runs last-in first-out: this runs before pgserver's own exit hook (registered by
