@@ -89,7 +89,7 @@ async def test_the_writer_keeps_trying_by_itself_through_an_outage(make_app, aio
         with _database_away(pg_base, dsn):
             for i in range(30):
                 writer.record(_record(org_id, i))
-            await within(10, _true(lambda: writer.failing))
+            await within(10, lambda: writer.failing)
             await asyncio.sleep(2)
             assert writer.dropped == 0 and len(writer._queue) == 30
         await within(15, lambda: asyncio.to_thread(lambda: len(_ids(dsn, org_id)) == 30))
@@ -190,11 +190,6 @@ async def test_token_uses_alone_wait_through_an_outage_too(make_app, aiohttp_cli
             assert writer._touched
         assert await writer.flush() is True and not writer._touched
 
-
-def _true(predicate: Any) -> Any:
-    async def probe() -> bool:
-        return bool(predicate())
-    return probe
 
 
 

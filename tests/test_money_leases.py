@@ -163,8 +163,8 @@ async def test_connections_cut_under_leased_calls_are_reopened(leasing, dsn):
     assert (await gw.client.get(PATH, headers=gw.owner)).status == 200  # a lease placed, one call on it
     await asyncio.to_thread(run_sql, dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-    await within(10, _true(lambda: svc.settler.leases.paused))
-    await within(10, _true(lambda: not svc.settler.leases.paused))
+    await within(10, lambda: svc.settler.leases.paused)
+    await within(10, lambda: not svc.settler.leases.paused)
     statuses = [(await gw.client.get(PATH, headers=gw.owner)).status for _ in range(6)]
     await asyncio.wait_for(svc.settler.drain(), 30)
     ok = statuses.count(200)
@@ -186,15 +186,15 @@ async def test_a_process_that_cannot_hear_a_return_request_parks_no_credit(aioht
         cut = await asyncio.to_thread(run_sql, dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                                     "WHERE datname = current_database() AND query = %s", f"LISTEN {CHANNEL}")
         assert cut == [(True,)]
-        await within(10, _true(lambda: leases.paused))
-        await within(10, _true(lambda: leases.live == 0))  # handed back at once, not after a minute,
+        await within(10, lambda: leases.paused)
+        await within(10, lambda: leases.live == 0)  # handed back at once, not after a minute,
 
         async def released() -> bool:  # ... and its release written by the settler, off any call's path
             rows = await asyncio.to_thread(run_sql, dsn, "SELECT state FROM holds WHERE org_id = %s AND lease",
                                            gw.org["org_id"])
             return rows == [("released",)]
         await within(10, released)
-        await within(10, _true(lambda: not leases.paused))  # the listener reconnected (0.2 s backoff)
+        await within(10, lambda: not leases.paused)  # the listener reconnected (0.2 s backoff)
         assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
         assert (leases.placed, leases.live) == (2, 1)  # leasing again
         await asyncio.wait_for(svc.settler.drain(), 30)
@@ -222,11 +222,6 @@ async def test_a_lease_placed_while_paused_is_returned_unused(leasing):
     books = await check_books(svc, gw.org["org_id"])
     assert books["open"] == 0 and books["settled"] == 0
 
-
-def _true(predicate: Any) -> Any:
-    async def probe() -> bool:
-        return bool(predicate())
-    return probe
 
 
 async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, dsn):

@@ -142,12 +142,9 @@ def check_tag(state: CallState) -> None:
     to store it, failed the batch of every org's rows it rode in. The refusal's own row goes without it
     (:func:`drop_invalid_tag`)."""
     tag = state.inp.tag
-    if tag is not None:
-        try:
-            _check_tag(tag)
-        except BadRequest:
-            drop_invalid_tag(state)
-            raise
+    if tag is not None and not valid_tag(tag):
+        state.inp = replace(state.inp, tag=None)
+        _check_tag(tag)  # raises invalid_tag, worded as every limit words it
 
 
 def drop_invalid_tag(state: CallState) -> None:

@@ -6,6 +6,10 @@ from sqlalchemy import (BigInteger, Boolean, CheckConstraint, Column, Date, Date
                         LargeBinary, MetaData, PrimaryKeyConstraint, String, Table, Text, UniqueConstraint, func, text)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
+#: the largest value a ``BigInteger`` column (PostgreSQL's bigint) holds: what a caller or a vendor says
+#: (a declared length, a usage figure) is bounded by it before a statement carries it
+BIGINT_MAX = 2**63 - 1
+
 metadata = MetaData(naming_convention={
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",

@@ -37,7 +37,7 @@ from treg.errors import Conflict, IntegrityError, NotFound, TregError
 from treg.hold import HELD, RELEASED, SETTLED, Close, Closed, Hold  # noqa: F401 (HELD: the money API's)
 from treg.ids import new_id
 from treg.infra.db import Database, Tx
-from treg.infra.schema import holds
+from treg.infra.schema import BIGINT_MAX, holds
 from treg.money.ledger import check_amount
 from treg.money.limits import check_tag, hold_refusal
 
@@ -176,11 +176,11 @@ def checked_close(c: Close) -> Close:
     return c
 
 
-#: the largest amount PostgreSQL's bigint holds. An observed price is a vendor's usage figure times its
-#: rate, so it can be any size. The statement settles ``least(observed, amount)``, the hold's amount at
-#: most, so a larger one is cut to this here: sent as it is, it failed the cast, and with it the batch
-#: of every other call's close beside it (left to the reaper: released, uncharged)
-OBSERVED_MAX = 2**63 - 1
+#: an observed price is a vendor's usage figure times its rate, so it can be any size. The statement
+#: settles ``least(observed, amount)``, the hold's amount at most, so one beyond bigint is cut to its
+#: bound here: sent as it is, it failed the cast, and with it the batch of every other call's close
+#: beside it (left to the reaper: released, uncharged)
+OBSERVED_MAX = BIGINT_MAX
 
 
 def _close_params(closes: Sequence[Close]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import signal
@@ -219,11 +220,15 @@ def assert_clean_exits(codes: list[int], *served: "Served") -> None:
         assert "Traceback" not in s.log.read_text()
 
 
-async def within(deadline_s: float, probe: Callable[[], Awaitable[bool]]) -> float:
-    """Seconds until ``probe()`` holds, asserting it does within ``deadline_s`` (polled every 50 ms)."""
+async def within(deadline_s: float, probe: Callable[[], "Awaitable[bool] | bool"]) -> float:
+    """Seconds until ``probe()`` holds, asserting it does within ``deadline_s`` (polled every 50 ms).
+    ``probe`` answers a bool, or an awaitable of one (a query)."""
     t0 = time.monotonic()
     while True:
-        if await probe():
+        held = probe()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
             return time.monotonic() - t0
         if time.monotonic() - t0 > deadline_s:
             raise AssertionError(f"not honoured within {deadline_s}s")

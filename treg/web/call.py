@@ -17,6 +17,7 @@ from treg.call.intake import decode_body as _decode_body, read_headers  # _decod
 from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
+from treg.infra.schema import BIGINT_MAX
 from treg.keys import ERROR_HEADERS, SERVICES
 from treg.origin import note_listen
 from treg.ui_sessions import COOKIE, SessionCookie
@@ -146,9 +147,9 @@ def _refuse_header(name: str) -> PendingBody:
     return PendingBody(load)
 
 
-#: the longest body a caller may declare: 2**63 - 1, what the audit row's ``request_bytes`` (a bigint)
-#: holds. A longer one (llhttp takes lengths up to 2**64 - 1) once made a row PostgreSQL refused
-CONTENT_LENGTH_MAX = 2**63 - 1
+#: the longest body a caller may declare: what the audit row's ``request_bytes`` (a bigint) holds. A
+#: longer one (llhttp takes lengths up to 2**64 - 1) once made a row PostgreSQL refused
+CONTENT_LENGTH_MAX = BIGINT_MAX
 
 
 def _refuse_length() -> PendingBody:
