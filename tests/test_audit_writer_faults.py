@@ -234,3 +234,53 @@ async def test_a_content_length_no_audit_row_can_hold_is_refused(make_app, aioht
         rows = dict((r[0], r[1:]) for r in run_sql(
             dsn, "SELECT id, outcome, error_code FROM calls WHERE org_id = %s", org_id))
         assert [rows[i] for i in ids] == [("refused", "body_too_large")] * 2
+
+
+async def test_a_method_no_audit_row_can_hold_is_refused_at_the_edge(make_app, aiohttp_client, dsn, monkeypatch):
+    """Under aiohttp's pure-Python parser (PyPy, ``AIOHTTP_NO_EXTENSIONS``), which takes any token as a
+    method where llhttp knows a fixed list: a 17-character method is ``400 invalid_method`` before
+    anything is sent, unrecorded, as llhttp's own refusal is; a 16-character one is relayed and its row
+    written. Relayed, the longer one's row overflowed ``calls.method``."""
+    from aiohttp import http_parser, web_protocol
+    monkeypatch.setattr(web_protocol, "HttpRequestParser", http_parser.HttpRequestParserPy)
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+
+        async def send(method: str) -> Any:
+            head = (method.encode() + b" /call/t/m HTTP/1.1\r\nHost: h\r\nX-Treg-Token: " + gw.org["token"].encode()
+                    + b"\r\nContent-Length: 0\r\n\r\n")
+            return await asyncio.wait_for(raw_exchange(gw.client.port, head), 10)
+
+        longest = await send("PROPFIND-VERSION")  # 16: llhttp would refuse it, so the pure parser is in use
+        assert longest.status == 200 and up.exchanges[-1].method == "PROPFIND-VERSION"
+        refused = await send("PROPFIND-VERSIONS")
+        assert refused.status == 400 and refused.json()["error"] == "invalid_method"
+        assert refused.header("X-Treg-Call-Id") and len(up.exchanges) == 1
+        assert await writer.flush() is True and writer.dropped == 0
+        rows = dict(run_sql(dsn, "SELECT id, method FROM calls WHERE org_id = %s", org_id))
+        assert rows == {longest.header("X-Treg-Call-Id"): "PROPFIND-VERSION"}
+
+
+async def test_a_call_longer_than_the_duration_columns_hold_is_written_saturated(make_app, aiohttp_client, dsn,
+                                                                                  monkeypatch):
+    """A call whose duration and time to first byte pass 2**31 - 1 ms (24.8 days: an event stream may be
+    open that long) is written with both at that bound. Before, its row was a value PostgreSQL refused, and
+    the call had no row. The clock of the two stages that measure them steps 30 days a reading."""
+    import itertools
+    import time
+    from types import SimpleNamespace
+
+    from treg.call import relay, state
+    from treg.infra.schema import INT_MAX
+    steps = itertools.count(1)
+    stepping = SimpleNamespace(monotonic=lambda: time.monotonic() + 30 * 86400 * next(steps))
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        writer, org_id = gw.services.audit, gw.org["org_id"]
+        monkeypatch.setattr(state, "time", stepping)
+        monkeypatch.setattr(relay, "time", stepping)
+        r = await gw.call("GET", "/call/t/long")
+        monkeypatch.undo()
+        assert r.status == 200
+        assert await writer.flush() is True and writer.dropped == 0
+        assert run_sql(dsn, "SELECT duration_ms, ttfb_ms FROM calls WHERE id = %s AND org_id = %s",
+                       r.headers["X-Treg-Call-Id"], org_id) == [(INT_MAX, INT_MAX)]

@@ -24,6 +24,7 @@ from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
 from treg.context import Services
 from treg.errors import BadRequest, GatewayFailed
 from treg.infra import upstream
+from treg.infra.schema import INT_MAX
 from treg.infra.upstream import UpstreamRequest, UpstreamResponse
 from treg.oauth import credentials as oauth
 from treg.org_data import OrgSecrets, org_secret_rows, secret_missing
@@ -162,7 +163,7 @@ async def send(svc: Services, state: "CallState") -> UpstreamResponse:
     await svc.resolver.vet(url.raw_host or "")  # the null resolver of a process serving no calls refuses
     sent_at = time.monotonic()
     resp = await upstream.send(svc.client, req, url=url)
-    state.ttfb_ms = int((time.monotonic() - sent_at) * 1000)
+    state.ttfb_ms = min(int((time.monotonic() - sent_at) * 1000), INT_MAX)  # calls.ttfb_ms is an integer
     if resp.status == 401 and prepared.connections and state.ident is not None:
         # the token was refused: the next call refreshes first; this 401 is relayed as it is, never re-sent
         await oauth.mark_stale(svc, prepared.org_id or state.ident.org_id, prepared.connections)

@@ -22,6 +22,7 @@ from treg.capacity.breaker import Lock
 from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.identity import DEMO, Identity
+from treg.infra.schema import INT_MAX
 from treg.infra.upstream import RawHeaders, UpstreamResponse
 from treg.oauth.credentials import credential_kind
 from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
@@ -49,7 +50,7 @@ def call_record(state: "CallState", *, outcome: str, status: int | None, refused
         tool.id if tool else None, tool.name if tool else None, t.provider if t else None,
         t.endpoint_id if t else None, refused_by, error_code, blame,
         t.credential_tier if t else None, state.cost_micro, state.hold_state, inp.tag, request_bytes,
-        response_bytes, int((time.monotonic() - state.started) * 1000), state.ttfb_ms,
+        response_bytes, min(int((time.monotonic() - state.started) * 1000), INT_MAX), state.ttfb_ms,
         error_request, error_response, failure_kind, inp.parent_call_id, state.result_state, state.cache_state,
         kind or state.kind, state.capacity_signal.kind if state.capacity_signal is not None else None, None,
         *(credential_kind(t.bindings) if t else (None, None)), state.ident.scope == DEMO, None, None,

@@ -9,6 +9,13 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 #: the largest value a ``BigInteger`` column (PostgreSQL's bigint) holds: what a caller or a vendor says
 #: (a declared length, a usage figure) is bounded by it before a statement carries it
 BIGINT_MAX = 2**63 - 1
+#: the largest value an ``Integer`` column (PostgreSQL's integer) holds: a call's duration in ms saturates
+#: at it (24.8 days; a stream may stay open that long), since a row beyond it is refused whole
+INT_MAX = 2**31 - 1
+#: the longest method the audit row stores (``calls.method``, ``deny_rules.method``): longer than any method
+#: llhttp, aiohttp's default parser, accepts; its pure-Python parser takes any token, and treg refuses the
+#: longer ones at its edge (``invalid_method``) rather than relay a call whose row cannot be written
+METHOD_MAX = 16
 
 metadata = MetaData(naming_convention={
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -121,7 +128,7 @@ deny_rules = Table(
     Column("org_id", String(40), ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("host", String(300), nullable=False),
     Column("path", Text, nullable=True),
-    Column("method", String(16), nullable=True),
+    Column("method", String(METHOD_MAX), nullable=True),
     Column("member_id", String(40), ForeignKey("members.id", ondelete="CASCADE"), nullable=True),
     Column("project_id", String(40), ForeignKey("projects.id", ondelete="CASCADE"), nullable=True),
     Column("reason", Text, nullable=True),
@@ -138,7 +145,7 @@ calls = Table(
     Column("member_id", String(40), nullable=True),
     _created(),
     Column("surface", String(16), nullable=False),
-    Column("method", String(16), nullable=False),
+    Column("method", String(METHOD_MAX), nullable=False),
     Column("target", Text, nullable=False),  # what the caller asked for (tool/path or URL), query stripped
     Column("upstream_url", Text, nullable=True),  # redacted
     Column("tool_id", String(40), nullable=True),

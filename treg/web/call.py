@@ -17,7 +17,7 @@ from treg.call.intake import decode_body as _decode_body, read_headers  # _decod
 from treg.call.types import CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
-from treg.infra.schema import BIGINT_MAX
+from treg.infra.schema import BIGINT_MAX, METHOD_MAX
 from treg.keys import ERROR_HEADERS, SERVICES
 from treg.origin import note_listen
 from treg.ui_sessions import COOKIE, SessionCookie
@@ -203,6 +203,10 @@ def _session_cookie(cookie: str, csrf: str | None) -> SessionCookie | None:
 async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     """The request as a CallInput, without reading or decoding anything that could cost treg work: a
     body to read (or a refusal) is a :class:`PendingBody` the pipeline runs once the caller is identified."""
+    if len(request.method) > METHOD_MAX:
+        # refused as llhttp refuses it (unrecorded, before the caller is known); only aiohttp's pure-Python
+        # parser lets such a token through, and the call's audit row could not hold it
+        raise BadRequest(f"an HTTP method longer than {METHOD_MAX} characters", code="invalid_method")
     raw_path = request.raw_path
     if not raw_path.startswith("/"):
         # absolute-form (GET http://treg/call/... HTTP/1.1, RFC 9112 3.2.2): only its path and query count
