@@ -284,3 +284,37 @@ async def test_a_call_longer_than_the_duration_columns_hold_is_written_saturated
         assert await writer.flush() is True and writer.dropped == 0
         assert run_sql(dsn, "SELECT duration_ms, ttfb_ms FROM calls WHERE id = %s AND org_id = %s",
                        r.headers["X-Treg-Call-Id"], org_id) == [(INT_MAX, INT_MAX)]
+
+
+async def test_an_outage_is_one_warning_a_kind_not_one_a_statement(make_app, aiohttp_client, pg_base, dsn, caplog):
+    """Through an outage every failed statement was its own warning: each caller's statement and each
+    background loop's retry, thousands of lines a second under load. The adapter now logs the first of a
+    kind at once, counts the next ones for ``WARN_EVERY_S``, and the first after says how many there were.
+    The adapter's clock is the test's here, so that no retry in the background ends the window early."""
+    import re
+
+    import pytest
+
+    from treg.errors import DatabaseError
+    from treg.infra.db import WARN_EVERY_S, FailureLog
+    async with _gateway(aiohttp_client, make_app, audit_flush_ms=600_000) as (gw, up):
+        db = gw.services.db
+        now = [0.0]
+        db.failures = FailureLog(clock=lambda: now[0])
+
+        def warnings() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.name == "treg.infra.db"]
+
+        with caplog.at_level(logging.WARNING, logger="treg.infra.db"), _database_away(pg_base, dsn):
+            for _ in range(20):
+                with pytest.raises(DatabaseError):
+                    await db.run("SELECT 1", {})
+            assert len(warnings()) == 1 and warnings()[0].startswith("database error")
+            now[0] = WARN_EVERY_S
+            with pytest.raises(DatabaseError):
+                await db.run("SELECT 1", {})
+            later = warnings()
+            assert len(later) == 2
+            more = re.search(r"\((\d+) more like it in the last 10 s\)$", later[1])
+            assert more is not None and int(more.group(1)) >= 19
+        assert (await db.run("SELECT 1", {})) == [(1,)]  # and the database is usable again

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping, Sequence
 
@@ -96,11 +97,41 @@ def compile_statement(stmt: ClauseElement | str, params: Mapping[str, Any] | Non
     return STATEMENTS.compile(stmt, params)
 
 
-def _statement_canceled(exc: asyncio.CancelledError) -> DatabaseError:
+#: a kind of statement failure is logged at once, then at most once in this many seconds (with a count)
+WARN_EVERY_S = 10.0
+
+
+class FailureLog:
+    """The adapter's warnings of failed statements, one a kind (an error code) per ``WARN_EVERY_S``.
+
+    Every failed statement was one warning: through an outage each caller's statement and each
+    background loop's retry wrote its own line, thousands a second under load, which buried the one line
+    that says what happened. The first failure of a kind is logged at once; the next ones of that kind
+    within ``WARN_EVERY_S`` are counted, and the first after it says how many there were."""
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        #: kind → (when it was last logged, how many since were not)
+        self._kinds: dict[str, tuple[float, int]] = {}
+
+    def warn(self, kind: str, msg: str, *args: Any) -> None:
+        now = self._clock()
+        last = self._kinds.get(kind)
+        if last is not None and now - last[0] < WARN_EVERY_S:
+            self._kinds[kind] = (last[0], last[1] + 1)
+            return
+        self._kinds[kind] = (now, 0)
+        if last is not None and last[1]:
+            log.warning(msg + " (%d more like it in the last %.0f s)", *args, last[1], now - last[0])
+        else:
+            log.warning(msg, *args)
+
+
+def _statement_canceled(exc: asyncio.CancelledError, failures: FailureLog) -> DatabaseError:
     """aiopg answers a statement the server canceled (``statement_timeout``, ``pg_cancel_backend``:
     SQLSTATE 57014) with a bare ``CancelledError``; in a task nobody is cancelling, that is a database
     failure, not a cancellation (it once killed a background loop as if it had been stopped)."""
-    log.warning("database statement canceled by the server (statement timeout or cancel)")
+    failures.warn("57014", "database statement canceled by the server (statement timeout or cancel)")
     return DatabaseError("the database canceled the statement (statement timeout)", code="database_error")
 
 
@@ -110,18 +141,19 @@ def _cancelling() -> bool:
     return task is None or task.cancelling() > 0
 
 
-def _map_error(exc: psycopg2.Error, sql: str) -> DatabaseError | IntegrityError:
+def _map_error(exc: psycopg2.Error, sql: str, failures: FailureLog) -> DatabaseError | IntegrityError:
     code = exc.pgcode or ""
     if code.startswith("23"):  # integrity_constraint_violation class
         constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
         return IntegrityError(f"the write conflicts with existing data ({constraint or code})",
                               constraint=constraint)
     if code[:2] in ("22", "54"):  # a data exception, a program limit: the statement's values, not the server
-        log.warning("database refused a value (%s) on %.200s", code, sql)
+        failures.warn(code, "database refused a value (%s) on %.200s", code, sql)
         return DataRefused("the database refused a value of the statement", code="database_error")
     if code in ("40001", "40P01"):
         return DatabaseError("the database aborted a conflicting transaction; retry", code="db_conflict")
-    log.warning("database error %s on %.200s", code or type(exc).__name__, sql)
+    kind = code or type(exc).__name__
+    failures.warn(kind, "database error %s on %.200s", kind, sql)
     return DatabaseError("the database failed the request", code="database_error")
 
 
@@ -138,11 +170,11 @@ class Tx:
         try:
             await self._cur.execute(c.sql, c.params)
         except psycopg2.Error as exc:
-            raise _map_error(exc, c.sql) from exc
+            raise _map_error(exc, c.sql, self._db.failures) from exc
         except asyncio.CancelledError as exc:
             if _cancelling():
                 raise
-            raise _statement_canceled(exc) from exc
+            raise _statement_canceled(exc, self._db.failures) from exc
         return self._cur.rowcount
 
     async def fetch_all(self, stmt: ClauseElement | str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -187,6 +219,8 @@ class Database:
         #: ``path`` (the money path's holds and closes: ``money``)
         self.round_trips = 0
         self.round_trips_of: dict[str, int] = {}
+        #: the failed statements' warnings, one a kind per ``WARN_EVERY_S``
+        self.failures = FailureLog()
 
     @property
     def dsn(self) -> str:
@@ -254,7 +288,7 @@ class Database:
         try:
             return await self._lines.run(sql, params)
         except psycopg2.Error as exc:
-            raise _map_error(exc, sql) from exc
+            raise _map_error(exc, sql, self.failures) from exc
         finally:
             if task is not None:
                 self.holders.discard(task)
@@ -275,4 +309,4 @@ class Database:
                     try:
                         await cur.execute("COMMIT")
                     except psycopg2.Error as exc:
-                        raise _map_error(exc, "COMMIT") from exc
+                        raise _map_error(exc, "COMMIT", self.failures) from exc
