@@ -17,8 +17,14 @@ BENCH_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a process, seconds."""
-    return sum(proc_cpu_split(pid))
+    """The CPU time of a process (all its threads), seconds, to the nanosecond: its CPU-time clock
+    (``clock_getcpuclockid``'s id, built as the kernel builds it: the process clock of ``pid``, ``SCHED``
+    kind). ``/proc/<pid>/stat`` counts in ticks of 10 ms, so a phase of a few dozen calls on a fast
+    machine read 0 or 10 ms, and a CPU figure per call of nothing. Ticks only where the clock is refused."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        return sum(proc_cpu_split(pid))
 
 
 def proc_cpu_split(pid: int) -> tuple[float, float]:
