@@ -89,3 +89,44 @@ async def test_an_expired_lease_is_free_and_a_renewed_one_is_not(svc, publisher)
     await dead.take(svc, "call_3", tool, "org_c")
     alive.release(svc, "call_never_taken")  # nothing to give back: a no-op
     assert alive.live == set()
+
+
+async def test_a_take_waits_for_its_own_publishers_give_backs_only(svc, publisher):
+    """A take waits for this process's give-backs in flight of the same publisher (its finished run's slot
+    counts as free, not busy), but not for another publisher's: one retrying through a database hiccup
+    held every hub call of the process. The give-back is held at its statement here."""
+    other = (await membership.create_org(svc, slug="other-pub", email="o@other.test"))["org_id"]
+    svc.settings = svc.settings.replace(hub_max_runs_per_team=1)
+    mine, theirs = (HubTool("hub_a", publisher, "pub", "a", "tool_a", "", 0, None),
+                    HubTool("hub_b", other, "other-pub", "b", "tool_b", "", 0, None))
+    runs = HubRuns()
+    await runs.take(svc, "call_a1", mine, "org_c")
+    await runs.take(svc, "call_b1", theirs, "org_c")
+    held, real_run = asyncio.Event(), svc.db.run
+
+    async def run(sql, params, **kw):
+        if params.get("run") == "call_b1" and sql.startswith("DELETE"):
+            await held.wait()  # the other publisher's give-back, stuck
+        return await real_run(sql, params, **kw)
+
+    svc.db.run = run
+    try:
+        runs.release(svc, "call_b1")
+        runs.release(svc, "call_a1")
+        # the same publisher's give-back lands first, so its only slot is free for the next run
+        await asyncio.wait_for(runs.take(svc, "call_a2", mine, "org_c"), 5)
+        assert runs.live == {"call_a2"}
+        # while another take of the stuck publisher waits for its give-back, and then gets the slot
+        waiting = asyncio.ensure_future(runs.take(svc, "call_b2", theirs, "org_c"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        held.set()
+        await asyncio.wait_for(waiting, 5)
+        assert runs.live == {"call_a2", "call_b2"}
+    finally:
+        held.set()
+        svc.db.run = real_run
+    runs.release(svc, "call_a2")
+    runs.release(svc, "call_b2")
+    await runs.drain()
+    assert _count(svc.db.dsn, "SELECT count(*) FROM hub_runs") == 0

@@ -73,14 +73,24 @@ class HubRuns:
     def __init__(self) -> None:
         #: names this process in ``hub_runs.holder`` (a restart is a new holder)
         self.holder = new_id("proc")
-        self.live: set[str] = set()
-        self._releasing: set[asyncio.Task[None]] = set()
+        #: the slots this process holds: run id → the publishing org whose limit it counts against
+        self._live: dict[str, str] = {}
+        #: the give-backs in flight → the publishing org each frees a slot of
+        self._releasing: dict[asyncio.Task[None], str] = {}
+
+    @property
+    def live(self) -> set[str]:
+        """The run ids of the slots this process holds."""
+        return set(self._live)
 
     async def take(self, svc: Any, run_id: str, tool: Slotted, caller_org_id: str) -> None:
         """Take a slot for call ``run_id`` of ``tool``, or raise :class:`HubBusy` (nothing taken)."""
-        if self._releasing:
-            # this process's own finished runs count as free: their DELETEs land first
-            await asyncio.gather(*list(self._releasing), return_exceptions=True)
+        mine = [task for task, publisher in self._releasing.items() if publisher == tool.org_id]
+        if mine:
+            # this process's own finished runs of this publisher count as free: their DELETEs land first.
+            # Only this publisher's: every slot a take counts is one of its (the tool's limit, the team's),
+            # and another publisher's give-back retrying through a database hiccup must not hold this call
+            await asyncio.gather(*mine, return_exceptions=True)
         params = {"run": run_id, "publisher": tool.org_id, "tool": tool.id, "caller": caller_org_id,
                   "holder": self.holder, "team": max(1, int(svc.settings.hub_max_runs_per_team)),
                   "tool_limit": tool.max_runs, "lease": float(svc.settings.hub_lease_s)}
@@ -89,17 +99,17 @@ class HubRuns:
             whose = f"{tool.ref} runs" if refused == "tool" else f"the org publishing {tool.ref} runs"
             raise HubBusy(f"{whose} {active} hub call(s) at once, its limit ({limit}); retry in a moment "
                           "(hub calls are never queued)", active=active, limit=limit, retry_after_s=RETRY_AFTER_S)
-        self.live.add(run_id)
+        self._live[run_id] = tool.org_id
 
     def release(self, svc: Any, run_id: str) -> None:
         """Give the slot of ``run_id`` back, off the caller's path (safe to call twice, or for a run that
         took none)."""
-        if run_id not in self.live:
+        publisher = self._live.pop(run_id, None)
+        if publisher is None:
             return
-        self.live.discard(run_id)
         task = asyncio.get_running_loop().create_task(self._release(svc, run_id), name=f"treg-hub-release-{run_id}")
-        self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
+        self._releasing[task] = publisher
+        task.add_done_callback(lambda done: self._releasing.pop(done, None))
 
     async def _release(self, svc: Any, run_id: str) -> None:
         for attempt in range(1, RELEASE_ATTEMPTS + 1):
@@ -115,8 +125,8 @@ class HubRuns:
 
     async def renew(self, svc: Any) -> None:
         """Extend the lease of every slot this process holds (one statement; nothing when it holds none)."""
-        if self.live:
-            await svc.db.run(RENEW_SQL, {"lease": float(svc.settings.hub_lease_s), "ids": sorted(self.live)},
+        if self._live:
+            await svc.db.run(RENEW_SQL, {"lease": float(svc.settings.hub_lease_s), "ids": sorted(self._live)},
                              path="hub")
 
     async def drain(self) -> None:
