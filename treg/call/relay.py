@@ -61,6 +61,14 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def _trace_refused() -> BadRequest:
+    # TRACE's answer is the request as the upstream received it, so it would hand the caller the very
+    # credential treg keeps from it; RFC 9110 9.3.8: a client MUST NOT send credentials in a TRACE request
+    return BadRequest("TRACE is answered with the request the upstream received, and this call injects a "
+                      "credential; treg never sends a credential in a TRACE request (RFC 9110, 9.3.8)",
+                      code="trace_not_relayed")
+
+
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
     # the caller's headers as sent: no Accept-Encoding is added (one the caller did not send says "any
     # coding" to the upstream, as it would have directly; the relay passes the coded bytes through, and
@@ -96,6 +104,8 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         if value:  # every value to mask in evidence, raw and rendered
             values.append(value)
             values.append(binding.render(value))
+    if values and inp.method.upper() == "TRACE":
+        raise _trace_refused()
     if plan.needs_json:
         raw = await buffer_body(body, svc.settings.json_body_max_bytes)
         if raw.strip():
