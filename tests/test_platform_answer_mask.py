@@ -98,6 +98,29 @@ async def test_the_orgs_own_key_echoed_is_relayed_as_it_came(make_app, aiohttp_c
         assert (await r.json())["auth"] == "Bearer team-key-of-the-org"
 
 
+def _session(ex):
+    """A vendor that opens a session of the account whose key it got, as web-facing APIs do."""
+    return http_response(200, b'{"ok":true}', [("Content-Type", "application/json"),
+                                               ("Set-Cookie", "sid=acct-session-77; Path=/; HttpOnly"),
+                                               ("set-cookie2", "legacy=1"), ("X-Kept", "yes")])
+
+
+@pytest.mark.parametrize("path", [PATH, "/catalog/call/acme.status"], ids=["metered", "free-streamed"])
+async def test_the_vendors_session_on_treg_s_key_never_reaches_the_caller(make_app, aiohttp_client, path):
+    """A session cookie of treg's vendor account is a credential like its key: a platform-tier caller
+    (metered or streamed) gets the answer without it, every other header kept; an org's own key's
+    answer keeps its cookies (the session is the org's account)."""
+    async with _platform(aiohttp_client, make_app, _session) as (gw, up):
+        raw = await _raw_get(gw.client, path, gw.org["token"])
+        head = raw.partition(b"\r\n\r\n")[0].lower()
+        assert head.startswith(b"http/1.1 200") and b"x-treg-credential-tier: platform" in head
+        assert b"acct-session-77" not in raw and b"set-cookie" not in head and b"x-kept: yes" in head
+        await gw.secret("team-key-of-the-org", provider="acme")
+        r = await gw.client.get(path, headers=gw.owner)
+        assert r.status == 200 and r.headers["X-Treg-Credential-Tier"] == "team"
+        assert r.headers.getall("Set-Cookie") == ["sid=acct-session-77; Path=/; HttpOnly"]
+
+
 @contextlib.asynccontextmanager
 async def _platform(aiohttp_client, make_app, responder) -> AsyncIterator[tuple[Gateway, Any]]:
     """A treg whose platform key for the example provider is KEY, relaying to ``responder``; credits."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from dataclasses import dataclass
-from typing import IO, Any, AsyncIterator, Iterator
+from typing import IO, Any, AsyncIterator, Iterable, Iterator
 
 from treg.call import encodings, metered
 from treg.errors import GatewayFailed
@@ -75,6 +75,17 @@ async def checked(redactor: Redactor, resp: UpstreamResponse, data: bytes,
     if applied:
         headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
     return Checked(masked, headers, reason)
+
+
+#: a session the vendor opens with an answer is one of the account whose credential treg injected, so it
+#: is a credential too: a caller who may not read that credential (treg's own key on the platform tier,
+#: a publisher's on the hub) gets no ``Set-Cookie`` of it
+SESSION_HEADERS = frozenset({"set-cookie", "set-cookie2"})
+
+
+def without_sessions(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` without the vendor's session cookies (:data:`SESSION_HEADERS`)."""
+    return [(k, v) for k, v in headers if k.lower() not in SESSION_HEADERS]
 
 
 def checked_head(redactor: Redactor, resp: UpstreamResponse,

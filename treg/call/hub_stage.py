@@ -46,7 +46,7 @@ from treg.org_data import ToolRef, cached_org_tools, org_tools
 from treg.redaction import Redactor
 
 #: headers of the publisher's answer a caller of another org never gets: the cookies of its account
-_DROPPED = frozenset({"set-cookie", "set-cookie2", "content-length"})
+_DROPPED = answer_mask.SESSION_HEADERS | {"content-length"}
 
 
 async def published(svc: Services, inp: CallInput, name: str) -> tuple[HubTool, ToolRef] | None:

@@ -164,7 +164,9 @@ async def _checked(state: CallState, resp: UpstreamResponse, data: bytes, spoole
                    relayed: list[tuple[str, str]]) -> tuple[bytes, list[tuple[str, str]], str]:
     """The answer as a platform-tier caller may read it (treg/call/answer_mask.py): treg's key masked in
     its headers, reason phrase and body; a spooled body is scanned on disk (it holds the key: withheld).
-    An answer that cannot be checked is refused, its hold released by the exit."""
+    An answer that cannot be checked is refused, its hold released by the exit. The vendor's session
+    cookies never go out (a session of treg's account is as much a credential as its key)."""
+    relayed = answer_mask.without_sessions(relayed)
     if spooled is not None:
         relayed, reason = answer_mask.checked_head(state.redactor, resp, relayed)
         if await asyncio.to_thread(answer_mask.clean_spool, state.redactor, spooled.file,
@@ -183,7 +185,7 @@ async def _guarded(state: CallState, resp: UpstreamResponse) -> UpstreamResponse
     """A streamed platform-tier answer as its caller may read it: its headers and reason phrase masked, its
     body checked as it streams (treg/call/answer_mask.py ``guarded``), or checked whole when it came with
     its head; an answer in a coding treg cannot check as it streams is refused before any byte."""
-    relayed, reason = answer_mask.checked_head(state.redactor, resp, list(resp.headers))
+    relayed, reason = answer_mask.checked_head(state.redactor, resp, answer_mask.without_sessions(resp.headers))
     if resp.whole is not None:
         seen = await answer_mask.checked(state.redactor, resp, resp.whole, relayed)
         if seen is not None:  # its length as masked (a masked body goes out decoded)
