@@ -34,8 +34,14 @@ EDGE_HANDLED = frozenset({"expect"})
 #: dropped from a request by name, and by prefix
 _DROP_REQUEST = HOP_BY_HOP | EDGE_HANDLED | CONTROL
 _DROP_REQUEST_PREFIXES = ("x-treg-", "proxy-", "x-forwarded-")
+#: what a browser applies to the origin that answered, which is treg's, not the upstream's: one tool's
+#: vendor (or any upstream a caller reaches) would set policy for treg's own origin. HSTS with
+#: ``max-age=0`` clears the operator's own policy for the dashboard (the first such header wins);
+#: ``Clear-Site-Data: "cookies"`` on a Try it answer logs the user out of treg and of every site on its
+#: registrable domain; ``Alt-Svc`` announces other endpoints for treg's origin
+ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-svc"})
 #: dropped from an answer by name (Content-Length is relayed: the caller's framing is the upstream's)
-_DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"}
+_DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY
 
 
 def scrub_cookie(value: str) -> str | None:
@@ -97,7 +103,8 @@ _RESPONSE_VERDICTS: BoundedMemo[str, int] = BoundedMemo(1024)
 
 def response_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's headers the caller gets: every one (both Set-Cookie lines, Content-Length kept)
-    minus hop-by-hop framing, X-Treg-*, treg's cookie names; plus nosniff and CSP sandbox."""
+    minus hop-by-hop framing, X-Treg-*, treg's cookie names, policy for treg's origin (:data:`ORIGIN_POLICY`);
+    plus nosniff and CSP sandbox."""
     out = []
     listed: set[str] | None = None
     known = _RESPONSE_VERDICTS.get
