@@ -118,7 +118,8 @@ async def test_the_vendors_session_on_treg_s_key_never_reaches_the_caller(make_a
         await gw.secret("team-key-of-the-org", provider="acme")
         r = await gw.client.get(path, headers=gw.owner)
         assert r.status == 200 and r.headers["X-Treg-Credential-Tier"] == "team"
-        assert r.headers.getall("Set-Cookie") == ["sid=acct-session-77; Path=/; HttpOnly"]
+        endpoint = path.split("/")[-1].partition("?")[0]  # the cookie is scoped to the endpoint called
+        assert r.headers.getall("Set-Cookie") == [f"sid=acct-session-77; HttpOnly; Path=/catalog/call/{endpoint}"]
 
 
 @contextlib.asynccontextmanager

@@ -31,7 +31,7 @@ from dataclasses import replace
 from urllib.parse import unquote, urlsplit
 
 from treg import idempotency, money
-from treg.call import answer_mask, evidence, headers as hdr, metered, redirects, reserve
+from treg.call import answer_mask, cookies, evidence, headers as hdr, metered, redirects, reserve
 from treg.call.record import finisher
 from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
@@ -43,6 +43,7 @@ from treg.hub.model import HubTool
 from treg.identity import Identity
 from treg.infra.upstream import UpstreamResponse
 from treg.org_data import ToolRef, cached_org_tools, org_tools
+from treg.origin import path_prefix
 from treg.redaction import Redactor
 
 #: headers of the publisher's answer a caller of another org never gets: the cookies of its account
@@ -131,6 +132,8 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
             data, relayed = seen.data, seen.headers
     if "location" in resp.index or "content-location" in resp.index:
         relayed = redirects.rewrite_locations(svc, ident, state.inp, target, relayed, state.masked)
+    if "set-cookie" in resp.index:  # the publisher's own org calling its ref: kept, scoped to the ref
+        relayed = cookies.scope_cookies(state.inp, path_prefix(svc.settings), relayed)
     # stored before the hold closes, as a metered answer is: a crash between leaves an open hold the
     # reaper releases, never a charge a retry would pay again
     await state.store_for_replay(svc, resp.status, relayed, data)

@@ -45,7 +45,7 @@ from typing import Any, AsyncIterator
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from treg import idempotency
-from treg.call import answer_mask, archive, capacity_stage, catalog_stage, encodings, evidence, headers as hdr
+from treg.call import answer_mask, archive, capacity_stage, catalog_stage, cookies, encodings, evidence, headers as hdr
 from treg.call import hub_stage, jobs, metered, overflow_stage, redirects, resources, table
 from treg.call.record import finisher
 from treg.call.state import CallOutcome, CallState
@@ -53,6 +53,7 @@ from treg.catalog.success import succeeded
 from treg.context import Services
 from treg.errors import GatewayFailed
 from treg.infra.upstream import UpstreamResponse
+from treg.origin import path_prefix
 from treg.plugins import spool_evidence_paths
 
 
@@ -83,6 +84,8 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     try:
         if "location" in resp.index or "content-location" in resp.index:
             relayed = _treg_locations(svc, state, relayed)
+        if "set-cookie" in resp.index:
+            relayed = _scoped_cookies(svc, state, relayed)
         data, spooled, answer = await _read_answer(svc, state, resp, ok)
         if not ok and (overflowed := await _overflow(svc, state, resp, data)) is not None:  # 1 overflow
             return overflowed
@@ -233,6 +236,11 @@ def _treg_locations(svc: Services, state: CallState, headers: list[tuple[str, st
     return redirects.rewrite_locations(svc, state.ident, state.inp, state.target, headers, state.masked)
 
 
+def _scoped_cookies(svc: Services, state: CallState, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A client's cookie jar sends an upstream's cookie back on calls of that tool only (treg/call/cookies.py)."""
+    return cookies.scope_cookies(state.inp, path_prefix(svc.settings), headers)
+
+
 async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamResponse, catalog: bool) -> CallOutcome:
     if catalog and _not_the_callers_key(state):  # treg's own key: checked as it streams
         resp = await _guarded(state, resp)
@@ -249,6 +257,8 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
     out_headers = hdr.response_headers(resp.headers)
     if "location" in resp.index or "content-location" in resp.index:
         out_headers = _treg_locations(svc, state, out_headers)
+    if "set-cookie" in resp.index:
+        out_headers = _scoped_cookies(svc, state, out_headers)
     if catalog:
         await capacity_stage.after_answer(svc, state, resp, err_head[0] if err_head else b"")
         out_headers += state.catalog_headers(0)

@@ -13,6 +13,9 @@ from treg.infra.upstream import UpstreamRequest
 from treg.org_data import ToolRef
 from treg.redaction import Redactor, RedactorMemo
 
+#: the HTTP call surfaces by the path each is served under (``rest`` is what follows it)
+SURFACE_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "table": "/table/", "redirect": "/redirect/"}
+
 
 @frozen_value
 class CallInput:

@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from treg.call import evidence, service
 from treg.call.drain import Sink, drain
 from treg.call.intake import decode_body as _decode_body, read_headers  # _decode_body: looked up here per load
-from treg.call.types import CallInput, PendingBody
+from treg.call.types import SURFACE_PREFIXES, CallInput, PendingBody
 from treg.errors import BadRequest, TregError
 from treg.ids import new_id
 from treg.infra.schema import BIGINT_MAX, METHOD_MAX
@@ -25,7 +25,7 @@ from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
 
-_PREFIXES = {"call": "/call/", "catalog": "/catalog/call/", "table": "/table/", "redirect": "/redirect/"}
+_PREFIXES = SURFACE_PREFIXES
 
 
 #: fixed-length answers up to this size send their headers together with the body

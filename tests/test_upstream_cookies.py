@@ -1,0 +1,74 @@
+"""An upstream's cookies go back to that tool only (treg/call/cookies.py). Every upstream answers on treg's
+origin, so a client's cookie jar files them all under treg's host; with ``Path=/`` (a session's, a load
+balancer's) a cookie of tool A's vendor went out with the caller's next call of tool B, and treg relayed
+that ``Cookie`` header to B's vendor. Driven with httpx's own cookie jar (the OpenAI and Anthropic SDKs'
+client) over real sockets: each tool's upstream records what it received."""
+
+from __future__ import annotations
+
+import httpx
+
+from treg import membership
+from treg.call.cookies import scoped
+from treg.keys import SERVICES
+from treg.testing import Gateway, http_response, raw_upstream
+
+SESSION = "A-session-9c1d"
+
+
+def _sets_cookies(ex) -> bytes:
+    return http_response(200, b"a", [("Set-Cookie", f"sid={SESSION}; Path=/; HttpOnly"),
+                                     ("Set-Cookie", "lb=sticky-1; path=/; Max-Age=300")])
+
+
+def _cookie(up) -> str | None:
+    return up.exchanges[-1].header("cookie")
+
+
+async def test_one_tools_cookies_never_reach_another_tools_upstream(make_app, aiohttp_client):
+    async with raw_upstream(_sets_cookies) as a, raw_upstream(lambda ex: http_response(200, b"b")) as b:
+        client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        await gw.tool("a", a.url)
+        await gw.tool("b", b.url)
+        base = f"http://127.0.0.1:{client.port}"
+        try:
+            async with httpx.AsyncClient(base_url=base, headers={"X-Treg-Token": org["token"]}) as http:
+                first = await http.get("/call/a/login")
+                assert first.status_code == 200
+                assert first.headers.get_list("set-cookie") == [
+                    f"sid={SESSION}; HttpOnly; Path=/call/a", "lb=sticky-1; Max-Age=300; Path=/call/a"]
+                assert (await http.get("/call/b/anything")).status_code == 200
+                assert _cookie(b) is None  # tool b's vendor never sees tool a's session
+                await http.get("/call/a/again")
+                assert _cookie(a) == f"sid={SESSION}; lb=sticky-1"  # tool a's own calls carry it
+                # the passthrough form: scoped to the host called, and again never sent to the other one
+                await http.get(f"/call/{a.url}/p")
+                await http.get(f"/call/{b.url}/q")
+                assert _cookie(b) is None
+                http.cookies.clear()
+                await http.get(f"/call/{a.url}/p")
+                await http.get(f"/call/{a.url}/deeper/r")
+                assert _cookie(a) == f"sid={SESSION}; lb=sticky-1"
+                await http.get(f"/call/{b.url}/q")
+                assert _cookie(b) is None
+        finally:
+            await client.close()
+
+
+async def test_a_cookies_domain_is_dropped_and_its_path_is_the_tools_behind_a_prefix(make_app, aiohttp_client):
+    """A ``Domain`` would widen the cookie to treg's parent domain and every site under it (cookie tossing):
+    dropped, in any spelling; behind a proxy's path prefix (``TREG_PUBLIC_URL``) the path carries it."""
+    assert scoped("x=1; Domain=.example.com; DOMAIN = example.com ;Path=/v1; Secure", "/call/t") == \
+        "x=1; Secure; Path=/call/t"
+    async with raw_upstream(lambda ex: http_response(200, b"a", [("Set-Cookie", "x=1; domain=example.com")])) as up:
+        client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",), public_url="https://gw.example.com/treg"))
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        await gw.tool("t", up.url)
+        try:
+            r = await gw.call("GET", "/call/t/x")
+            assert r.headers.getall("Set-Cookie") == ["x=1; Path=/treg/call/t"]
+        finally:
+            await client.close()

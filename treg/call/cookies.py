@@ -1,0 +1,60 @@
+"""An upstream's cookies scoped to the tool that set them (``Set-Cookie`` in a relayed answer).
+
+Every upstream answers on treg's origin, so a client's cookie jar (a browser's Try it, ``requests.Session``,
+``httpx.Client`` and so the OpenAI and Anthropic SDKs) files each upstream's cookies under treg's host. A
+cookie with ``Path=/`` (a load balancer's, a session's: the usual spelling) then went back with the
+caller's calls of *every* tool, and treg relays the ``Cookie`` header: vendor A's session cookie reached
+vendor B. A ``Domain`` attribute could only widen it further, to treg's parent domain and every site
+under it (cookie tossing).
+
+So each relayed ``Set-Cookie`` loses its ``Domain`` (the cookie is treg's host's alone) and its ``Path``
+becomes the root of what was called: ``/call/<tool>`` (a passthrough call: ``/call/<scheme>://<host>``),
+``/catalog/call/<endpoint>``, ``/table/<endpoint>``, ``/redirect/<opaque>``, after ``TREG_PUBLIC_URL``'s
+path prefix. A client sends it back on calls of that tool only, all of its paths (the vendor's own
+``Path`` inside its API is not kept: it is a path of the vendor's, not of treg's). Everything else of the
+cookie (name, value, ``Expires``, ``Max-Age``, ``Secure``, ``HttpOnly``, ``SameSite``) is relayed as it came.
+A ``__Host-`` cookie (which must have ``Path=/``) is refused by a browser after this, as it should be: on
+treg's origin it would be sent to every tool.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from treg.call.target import parse_rest
+from treg.call.types import SURFACE_PREFIXES, CallInput
+
+#: the cookie attributes replaced here (RFC 6265 5.2: names compared case-insensitively, blanks trimmed)
+_REPLACED = frozenset({"domain", "path"})
+
+
+def root_path(inp: CallInput, prefix: str) -> str:
+    """The treg path of everything the call's tool (or endpoint, or redirect) answers under, as the caller
+    spelled it (cookie paths match the request's path byte for byte)."""
+    rest = inp.rest
+    if inp.surface == "call" and parse_rest(rest)[0] == "url":
+        scheme, _, after = rest.partition("://")
+        return f"{prefix}/call/{scheme}://{after.partition('/')[0]}"
+    return prefix + SURFACE_PREFIXES.get(inp.surface, "/call/") + rest.partition("/")[0]
+
+
+def scoped(value: str, path: str) -> str:
+    """One ``Set-Cookie`` value without its ``Domain`` and with ``Path=path``."""
+    pair, *attributes = value.split(";")
+    kept = [a for a in attributes if a.partition("=")[0].strip().lower() not in _REPLACED]
+    return ";".join([pair, *kept, f" Path={path}"])
+
+
+def _usable(path: str) -> bool:
+    # a cookie's Path is any text up to the next ';' (RFC 6265 5.2): one such character, a blank or a
+    # control character would end it early, and the cookie would cover more than the tool
+    return path.isascii() and path.isprintable() and ";" not in path and " " not in path
+
+
+def scope_cookies(inp: CallInput, prefix: str, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``headers`` with every ``Set-Cookie`` scoped to the call's root (:func:`root_path`); when that root
+    cannot be a cookie's path, without them (never relayed unscoped)."""
+    path = root_path(inp, prefix)
+    if not _usable(path):
+        return [(k, v) for k, v in headers if k.lower() != "set-cookie"]
+    return [(k, scoped(v, path)) if k.lower() == "set-cookie" else (k, v) for k, v in headers]
