@@ -246,7 +246,7 @@ async def test_upstream_x_treg_headers_dropped(gateway, up, plain):
 
 async def test_upstream_policy_for_treg_s_origin_dropped(gateway, up, plain):
     """Headers a browser applies to the origin that answered, treg's: an upstream's HSTS (``max-age=0``
-    would clear the operator's own), ``Clear-Site-Data`` (a Try it answer logging the user out of the
+    would clear the operator's own), ``Clear-Site-Data`` (an answer a browser reads logging the user out of the
     whole registrable domain) and ``Alt-Svc`` never reach the caller, in any spelling; the rest does."""
     up.responder = lambda ex: http_response(200, b"x", [
         ("Strict-Transport-Security", "max-age=0"), ("strict-transport-security", "max-age=1; includeSubDomains"),

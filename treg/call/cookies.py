@@ -1,6 +1,6 @@
 """An upstream's cookies scoped to the tool that set them (``Set-Cookie`` in a relayed answer).
 
-Every upstream answers on treg's origin, so a client's cookie jar (a browser's Try it, ``requests.Session``,
+Every upstream answers on treg's origin, so a client's cookie jar (a browser's, ``requests.Session``,
 ``httpx.Client`` and so the OpenAI and Anthropic SDKs) files each upstream's cookies under treg's host. A
 cookie with ``Path=/`` (a load balancer's, a session's: the usual spelling) then went back with the
 caller's calls of *every* tool, and treg relays the ``Cookie`` header: vendor A's session cookie reached

@@ -37,8 +37,8 @@ _DROP_REQUEST_PREFIXES = ("x-treg-", "proxy-", "x-forwarded-")
 #: what a browser applies to the origin that answered, which is treg's, not the upstream's: one tool's
 #: vendor (or any upstream a caller reaches) would set policy for treg's own origin. HSTS with
 #: ``max-age=0`` clears the operator's own policy for the dashboard (the first such header wins);
-#: ``Clear-Site-Data: "cookies"`` on a Try it answer logs the user out of treg and of every site on its
-#: registrable domain; ``Alt-Svc`` announces other endpoints for treg's origin
+#: ``Clear-Site-Data: "cookies"`` on an answer a browser reads logs the user out of treg and of every
+#: site on its registrable domain; ``Alt-Svc`` announces other endpoints for treg's origin
 ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-svc"})
 #: dropped from an answer by name (Content-Length is relayed: the caller's framing is the upstream's)
 _DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY
