@@ -81,6 +81,11 @@ async def world(gateway, fake_dns):
             if t.startswith("/odd"):
                 return http_response(302, b"", [("Location", "http://[::1/broken"), ("Location", "myapp://done"),
                                                 ("Content-Location", "")])
+            if t.startswith("/paged"):  # pagination: a relative link into the tool, one to a third party
+                return _json(200, {"page": t}, [("Link", f'</paged?p=2>; rel="next", <{far}/elsewhere?x=1,2>; '
+                                                         'rel="last"; title="the, last one"')])
+            if t.startswith("/badlink"):
+                return _json(200, {}, [("Link", "https://x.example/2; rel=next")])
             if t.startswith("/created"):
                 return http_response(201, b"{}", [("Location", "/target/42"),
                                                   ("Content-Location", f"{far}/landing")])
@@ -393,3 +398,29 @@ async def test_rewritten_locations_keep_the_public_urls_path_prefix(make_app, ai
             assert r.status_code == 200 and r.json() == {"target": "/elsewhere", "auth": None}
             await proxy.close()
         await client.close()
+
+
+async def test_link_header_urls_stay_inside_treg(world):
+    """A ``Link`` header's URLs (pagination that clients follow by themselves, with their headers) are
+    rewritten as a ``Location`` is: into the tool, a treg call with the credential; elsewhere, a
+    ``/redirect/`` link, relayed with no credential and no treg token; each link's parameters as they came.
+    requests' ``r.links`` parses the rewritten value, and following it stays clean."""
+    gateway, vendor, third = world
+    base = _base(gateway)
+    with requests.Session() as s:
+        s.headers["X-Treg-Token"] = gateway.org["token"]
+        r = await asyncio.to_thread(s.get, f"{base}/call/llm/paged?p=1")
+        assert r.status_code == 200
+        assert r.links["next"]["url"] == "/call/llm/paged?p=2"
+        assert r.links["last"]["url"].startswith("/redirect/") and r.links["last"]["title"] == "the, last one"
+        assert r.headers["X-Treg-Upstream-Link"].startswith("</paged?p=2>")
+        nxt = await asyncio.to_thread(s.get, base + r.links["next"]["url"])
+        assert nxt.status_code == 200 and nxt.json()["page"] == "/paged?p=2"
+        assert vendor.exchanges[-1].header("authorization") == f"Bearer {SECRET}"  # a call of the tool
+        last = await asyncio.to_thread(s.get, base + r.links["last"]["url"])
+        assert last.status_code == 200 and last.json() == {"at": "third", "target": "/elsewhere?x=1,2"}
+    _assert_clean(third, gateway)
+    # a value that is not the header's grammar is not relayed at all (the upstream's value beside it)
+    r = await gateway.raw("GET", "/call/llm/badlink")
+    assert r.status == 200 and r.header("Link") is None
+    assert r.header("X-Treg-Upstream-Link") == "https://x.example/2; rel=next"

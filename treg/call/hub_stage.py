@@ -130,7 +130,7 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
                 raise GatewayFailed(answer_mask.unreadable("the publisher's credential"),
                                     code="hub_answer_unreadable", blame="upstream")
             data, relayed = seen.data, seen.headers
-    if "location" in resp.index or "content-location" in resp.index:
+    if redirects.names_urls(resp.index):
         relayed = redirects.rewrite_locations(svc, ident, state.inp, target, relayed, state.masked)
     if "set-cookie" in resp.index:  # the publisher's own org calling its ref: kept, scoped to the ref
         relayed = cookies.scope_cookies(state.inp, path_prefix(svc.settings), relayed)

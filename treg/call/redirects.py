@@ -10,6 +10,11 @@ change). So no ``Location`` or ``Content-Location`` leaves treg pointing at an u
 * anywhere else (a relative value resolved against the upstream URL first) → ``/redirect/<opaque>``,
   which relays to that URL with no credential at all (:func:`redirect_target`).
 
+A ``Link`` header's URLs (``<…?page=2>; rel="next"``: pagination that GitHub's, GitLab's and Shopify's
+clients follow by themselves, their headers and so ``X-Treg-Token`` resent) are rewritten the same way,
+each link's parameters kept as they came (:mod:`treg.link_grammar`); a link whose URL treg cannot read
+is left out, a value that is not the header's grammar dropped whole.
+
 Both are path-absolute (``/call/…``, ``/redirect/…``, after the path prefix of ``TREG_PUBLIC_URL``
 behind a reverse proxy): every client resolves that against the URL it just asked, i.e. treg's own
 origin, whatever host name or port the caller reached treg by.
@@ -37,13 +42,13 @@ import json
 import os
 import time
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import quote, urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from treg import uri_grammar
+from treg import link_grammar, uri_grammar
 from treg.call.target import parse_rest
 from treg.call.types import CallInput, ResolvedTarget
 from treg.context import Services
@@ -56,7 +61,13 @@ from treg.origin import path_prefix
 from treg.query import split_query
 
 #: relayed header → the treg header that keeps the upstream's own value (upstream X-Treg-* never pass)
-KEPT_AS = {"location": "X-Treg-Upstream-Location", "content-location": "X-Treg-Upstream-Content-Location"}
+KEPT_AS = {"location": "X-Treg-Upstream-Location", "content-location": "X-Treg-Upstream-Content-Location",
+           "link": "X-Treg-Upstream-Link"}
+
+
+def names_urls(index: Any) -> bool:
+    """Whether an answer's headers (``index``: case-insensitive) hold a URL a client may follow."""
+    return "location" in index or "content-location" in index or "link" in index
 
 #: a caller's headers a /redirect hop does not forward. The client sent them to treg's origin; facing
 #: the real cross-host hop it would have dropped its Authorization (requests, httpx, curl do), and its
@@ -192,11 +203,27 @@ def treg_location(svc: Services, ident: Identity, inp: CallInput, target: Resolv
     return prefix + "/redirect/" + seal(svc, grant) + hash_ + fragment
 
 
+def _treg_links(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget, value: str,
+                mask: Callable[[str], str], ttl_s: int) -> str | None:
+    """A ``Link`` value with each link's URL rewritten as a ``Location`` is (:func:`treg_location`), its
+    parameters as they came; a link whose URL treg cannot read is left out, and a value that is not
+    RFC 8288's grammar is dropped whole (None), as no client may read it otherwise than treg did."""
+    links = link_grammar.link_values(value)
+    if links is None:
+        return None
+    out = []
+    for url, params in links:
+        rewritten = treg_location(svc, ident, inp, target, url, mask, ttl_s)
+        if rewritten is not None:
+            out.append(f"<{rewritten}>{params}")
+    return ", ".join(out) or None
+
+
 def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: ResolvedTarget,
                       headers: Iterable[tuple[str, str]], mask: Callable[[str], str]) -> list[tuple[str, str]]:
-    """The relayed headers with every ``Location``/``Content-Location`` pointing into treg (or dropped:
-    :func:`treg_location`), and the upstream's own values (injected credentials masked) in treg's
-    ``X-Treg-Upstream-*`` headers."""
+    """The relayed headers with every ``Location``/``Content-Location``, and every URL of a ``Link``,
+    pointing into treg (or dropped: :func:`treg_location`, :func:`_treg_links`), and the upstream's own
+    values (injected credentials masked) in treg's ``X-Treg-Upstream-*`` headers."""
     out: list[tuple[str, str]] = []
     kept: list[tuple[str, str]] = []
     ttl_s = svc.settings.redirect_ttl_s
@@ -207,7 +234,10 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
         if keep is None:
             out.append((k, v))
             continue
-        rewritten = treg_location(svc, ident, inp, target, v, mask, ttl_s)
+        if keep == "X-Treg-Upstream-Link":
+            rewritten = _treg_links(svc, ident, inp, target, v, mask, ttl_s)
+        else:
+            rewritten = treg_location(svc, ident, inp, target, v, mask, ttl_s)
         if rewritten is not None:
             out.append((k, rewritten))
         if keep_upstream:

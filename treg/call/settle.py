@@ -82,7 +82,7 @@ async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamRespon
     spooled: metered.Spooled | None = None
     reason = resp.reason
     try:
-        if "location" in resp.index or "content-location" in resp.index:
+        if redirects.names_urls(resp.index):
             relayed = _treg_locations(svc, state, relayed)
         if "set-cookie" in resp.index:
             relayed = _scoped_cookies(svc, state, relayed)
@@ -255,7 +255,7 @@ async def _streamed_outcome(svc: Services, state: CallState, resp: UpstreamRespo
         head, more, body = await evidence.peek_head(body)
         err_head = (head, more)
     out_headers = hdr.response_headers(resp.headers)
-    if "location" in resp.index or "content-location" in resp.index:
+    if redirects.names_urls(resp.index):
         out_headers = _treg_locations(svc, state, out_headers)
     if "set-cookie" in resp.index:
         out_headers = _scoped_cookies(svc, state, out_headers)
