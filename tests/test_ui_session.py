@@ -114,7 +114,7 @@ async def test_an_upstream_cannot_set_the_session_cookie(gateway, up, tool):
     reply = await gateway.raw("GET", "/call/up/x", [("Cookie", f"treg_session={cookie}"), ("X-Treg-CSRF", csrf)],
                               auth=False)
     assert reply.status == 200
-    assert [v for k, v in reply.headers if k.lower() == "set-cookie"] == ["theirs=1"]
+    assert [v for k, v in reply.headers if k.lower() == "set-cookie"] == ["theirs=1; Path=/call/up"]  # scoped to the tool
 
 
 async def test_a_logged_out_session_cannot_call(gateway, up, tool):
