@@ -1,8 +1,8 @@
 """The ``Link`` header's grammar (RFC 8288 §3), read exactly or not at all.
 
 ``Link: <https://api.example.com/items?page=2>; rel="next", <…>; rel="last"`` names URLs that clients
-follow by themselves (pagination helpers of GitHub's, GitLab's, Shopify's clients), with the headers they
-were given, ``X-Treg-Token`` included. treg rewrites those URLs as it rewrites a ``Location``
+follow by themselves (pagination code taking the next page's URL from it), with the headers they were
+given, ``X-Treg-Token`` included. treg rewrites those URLs as it rewrites a ``Location``
 (treg/call/redirects.py), and for that it must split the value exactly as a client would: a URI
 reference may hold commas, a quoted parameter commas and semicolons. A value that is not this grammar
 is None, and the caller drops it rather than guess.

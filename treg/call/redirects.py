@@ -10,8 +10,8 @@ change). So no ``Location`` or ``Content-Location`` leaves treg pointing at an u
 * anywhere else (a relative value resolved against the upstream URL first) → ``/redirect/<opaque>``,
   which relays to that URL with no credential at all (:func:`redirect_target`).
 
-A ``Link`` header's URLs (``<…?page=2>; rel="next"``: pagination that GitHub's, GitLab's and Shopify's
-clients follow by themselves, their headers and so ``X-Treg-Token`` resent) are rewritten the same way,
+A ``Link`` header's URLs (``<…?page=2>; rel="next"``: pagination that clients follow by themselves, their
+headers and so ``X-Treg-Token`` resent) are rewritten the same way,
 each link's parameters kept as they came (:mod:`treg.link_grammar`); a link whose URL treg cannot read
 is left out, a value that is not the header's grammar dropped whole.
 
