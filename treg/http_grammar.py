@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 
+#: a token's characters (RFC 9110 §5.6.2 ``tchar``), as the inside of a regular expression's class
+TCHAR = r"!#$%&'*+\-.^_`|~0-9A-Za-z"
 #: a field name (RFC 9110 §5.1, §5.6.2 ``token``: one or more tchar). Anything else in a header name
 #: could smuggle a second header or split the line. ``\Z``, not ``$``: ``$`` also matches before a
 #: final newline, and ``X-Key\n`` is not a token
-TOKEN = re.compile(r"\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+TOKEN = re.compile(rf"\A[{TCHAR}]+\Z")
 
 #: a control character (RFC 5234 ``CTL``: %x00-1F / %x7F); CR or LF in a field value splits the header
 CTL = re.compile(r"[\x00-\x1f\x7f]")

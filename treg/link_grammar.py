@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 
+from treg.http_grammar import TCHAR
+
 #: a token (RFC 9110 §5.6.2) starting at a position
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN = re.compile(f"[{TCHAR}]+")
 _OWS = " \t"
 
 
