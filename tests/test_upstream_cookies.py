@@ -72,3 +72,32 @@ async def test_a_cookies_domain_is_dropped_and_its_path_is_the_tools_behind_a_pr
             assert r.headers.getall("Set-Cookie") == ["x=1; Path=/treg/call/t"]
         finally:
             await client.close()
+
+
+async def test_a_set_cookie_a_client_reads_as_two_cookies_is_not_relayed(make_app, aiohttp_client):
+    """``a=1 b=2`` is two cookies to Python's ``http.cookies`` (aiohttp's client jar), the first with no
+    ``Path``: the client's default path, ``/call`` for a call of ``/call/<tool>`` itself, so every tool.
+    Such a value is left out; a quoted value with a blank is one cookie and is relayed, scoped. Driven with
+    aiohttp's own cookie jar."""
+    import aiohttp
+
+    answers = [("Set-Cookie", "sid=A-1 other=2"), ("Set-Cookie", "lb=3, x=4"), ("Set-Cookie", 'q="two words"')]
+    async with raw_upstream(lambda ex: http_response(200, b"a", answers)) as a, \
+            raw_upstream(lambda ex: http_response(200, b"b")) as b:
+        client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        await gw.tool("a", a.url)
+        await gw.tool("b", b.url)
+        base = f"http://127.0.0.1:{client.port}"
+        try:
+            async with aiohttp.ClientSession(base, cookie_jar=aiohttp.CookieJar(unsafe=True),
+                                             headers={"X-Treg-Token": org["token"]}) as http:
+                async with http.get("/call/a") as r:  # the tool's root: a path-less cookie would cover /call
+                    assert r.status == 200
+                    assert r.headers.getall("Set-Cookie") == ['q="two words"; Path=/call/a']
+                async with http.get("/call/b/x") as r:
+                    assert r.status == 200
+                assert _cookie(b) is None
+        finally:
+            await client.close()

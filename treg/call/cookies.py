@@ -38,9 +38,25 @@ def root_path(inp: CallInput, prefix: str) -> str:
     return prefix + SURFACE_PREFIXES.get(inp.surface, "/call/") + rest.partition("/")[0]
 
 
-def scoped(value: str, path: str) -> str:
-    """One ``Set-Cookie`` value without its ``Domain`` and with ``Path=path``."""
+def _one_cookie(pair: str) -> bool:
+    """Whether every client reads ``pair`` (a ``Set-Cookie``'s text before its first ``;``) as one cookie.
+    Python's ``http.cookies`` (aiohttp's client jar) reads ``a=1 b=2`` or ``a=1, b=2`` as two, and gives the
+    first no ``Path`` at all: the client's default path, which for a call of ``/call/<tool>`` itself is
+    ``/call``, every tool. A blank or a comma has no place in a cookie's name or unquoted value (RFC 6265
+    4.1.1)."""
+    name, _, value = pair.strip().partition("=")
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"' and '"' not in value[1:-1]:
+        value = ""  # a quoted value is one value, whatever it holds
+    return not any(c in name or c in value for c in " \t,")
+
+
+def scoped(value: str, path: str) -> str | None:
+    """One ``Set-Cookie`` value without its ``Domain`` and with ``Path=path``; None when a client could read
+    it as more than one cookie (:func:`_one_cookie`): it is not relayed."""
     pair, *attributes = value.split(";")
+    if not _one_cookie(pair):
+        return None
     kept = [a for a in attributes if a.partition("=")[0].strip().lower() not in _REPLACED]
     return ";".join([pair, *kept, f" Path={path}"])
 
@@ -52,9 +68,15 @@ def _usable(path: str) -> bool:
 
 
 def scope_cookies(inp: CallInput, prefix: str, headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``headers`` with every ``Set-Cookie`` scoped to the call's root (:func:`root_path`); when that root
-    cannot be a cookie's path, without them (never relayed unscoped)."""
+    """``headers`` with every ``Set-Cookie`` scoped to the call's root (:func:`root_path`); one that cannot be
+    scoped (a root that cannot be a cookie's path, a value some client reads as two cookies) is left out,
+    never relayed unscoped."""
     path = root_path(inp, prefix)
-    if not _usable(path):
-        return [(k, v) for k, v in headers if k.lower() != "set-cookie"]
-    return [(k, scoped(v, path)) if k.lower() == "set-cookie" else (k, v) for k, v in headers]
+    out = []
+    for k, v in headers:
+        if k.lower() == "set-cookie":
+            v = scoped(v, path) if _usable(path) else None  # type: ignore[assignment]
+            if v is None:
+                continue
+        out.append((k, v))
+    return out
