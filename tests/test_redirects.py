@@ -84,6 +84,8 @@ async def world(gateway, fake_dns):
             if t.startswith("/paged"):  # pagination: a relative link into the tool, one to a third party
                 return _json(200, {"page": t}, [("Link", f'</paged?p=2>; rel="next", <{far}/elsewhere?x=1,2>; '
                                                          'rel="last"; title="the, last one"')])
+            if t.startswith("/smuggle"):  # a link hidden in a quoted parameter, as requests splits it
+                return _json(200, {}, [("Link", f'</paged?p=2>; title="x, <{far}/stolen>; rel=next"')])
             if t.startswith("/badlink"):
                 return _json(200, {}, [("Link", "https://x.example/2; rel=next")])
             if t.startswith("/created"):
@@ -424,3 +426,15 @@ async def test_link_header_urls_stay_inside_treg(world):
     r = await gateway.raw("GET", "/call/llm/badlink")
     assert r.status == 200 and r.header("Link") is None
     assert r.header("X-Treg-Upstream-Link") == "https://x.example/2; rel=next"
+
+
+async def test_a_link_hidden_in_a_quoted_parameter_is_left_out(world):
+    """RFC 8288 reads ``<a>; title="x, <https://far/stolen>; rel=next"`` as one link with a title;
+    requests' (and httpx's) ``links`` split it at ``, <`` and find a ``next`` link to the third party, which
+    treg never rewrote. A link whose parameters hold ``<`` or ``>`` is left out, so no client finds one."""
+    gateway, vendor, third = world
+    with requests.Session() as s:
+        s.headers["X-Treg-Token"] = gateway.org["token"]
+        r = await asyncio.to_thread(s.get, f"{_base(gateway)}/call/llm/smuggle")
+    assert r.status_code == 200 and "Link" not in r.headers and r.links == {}
+    assert "stolen" in r.headers["X-Treg-Upstream-Link"]  # the upstream's value, which no client follows

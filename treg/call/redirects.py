@@ -213,6 +213,10 @@ def _treg_links(svc: Services, ident: Identity, inp: CallInput, target: Resolved
         return None
     out = []
     for url, params in links:
+        if "<" in params or ">" in params:
+            # requests' and httpx's ``links`` split a value at ``, <`` even inside a quoted parameter, so
+            # ``title="x, <https://elsewhere/>; rel=next"`` is a link of its own to them, never rewritten
+            continue
         rewritten = treg_location(svc, ident, inp, target, url, mask, ttl_s)
         if rewritten is not None:
             out.append(f"<{rewritten}>{params}")
