@@ -234,11 +234,12 @@ def rewrite_locations(svc: Services, ident: Identity, inp: CallInput, target: Re
     # a hub caller is not told where the publisher's API points (its base URL is the publisher's)
     keep_upstream = target.hub_for(ident.org_id) is None
     for k, v in headers:
-        keep = KEPT_AS.get(k.lower())
+        name = k.lower()
+        keep = KEPT_AS.get(name)
         if keep is None:
             out.append((k, v))
             continue
-        if keep == "X-Treg-Upstream-Link":
+        if name == "link":
             rewritten = _treg_links(svc, ident, inp, target, v, mask, ttl_s)
         else:
             rewritten = treg_location(svc, ident, inp, target, v, mask, ttl_s)

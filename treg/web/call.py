@@ -25,8 +25,6 @@ from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
 
-_PREFIXES = SURFACE_PREFIXES
-
 
 #: fixed-length answers up to this size send their headers together with the body
 COALESCE_MAX = 64 * 1024
@@ -212,7 +210,7 @@ async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
         # absolute-form (GET http://treg/call/... HTTP/1.1, RFC 9112 3.2.2): only its path and query count
         raw_path = "/" + raw_path.split("://", 1)[-1].partition("/")[2]
     path, _, query = raw_path.partition("?")
-    rest = path[len(_PREFIXES[surface]):]
+    rest = path[len(SURFACE_PREFIXES[surface]):]
     headers, ctl, not_utf8 = read_headers(request.raw_headers)
     cl, te = ctl.content_length, ctl.transfer_encoding
     token = ctl.token
@@ -272,5 +270,5 @@ def _surface_route(surface: str) -> Callable[[web.Request], Awaitable[web.Stream
 # surface (a clear 404 with X-Treg-Call-Id), not fall through the router as "no route" ('.' stops at \n).
 # /redirect/: a relayed redirect to another host, followed: relayed there with no credential
 # (treg/call/redirects.py); /table/: the catalog call answered as a table (treg/call/table.py)
-for _surface, _prefix in _PREFIXES.items():
+for _surface, _prefix in SURFACE_PREFIXES.items():
     routes.route("*", _prefix + "{rest:[\\s\\S]*}")(_surface_route(_surface))
