@@ -22,6 +22,14 @@ or re-verify it, then update this file. What treg relies on, and where:
   ``async close(*, abort_ssl=False)``.
 * ``treg/infra/dns.py`` ``VettingConnector(TCPConnector)``: overrides ``async connect(req, traces, timeout)``
   (the session asks it for every request's connection, pooled or new) and reads ``req.url``.
+* ``treg/infra/lean_request.py`` ``lean_request``: stands in for ``ClientSession._request`` on a call, so it
+  reads the session's private fields (``_connector``, ``_timeout``, ``_retry_connection``, ``_request_class``,
+  ``_response_class``, ``_skip_auto_headers``, ``_version``, ``_loop``, ``_auto_decompress``, ``_read_bufsize``,
+  ``_max_line_size``, ``_max_field_size``, ``_max_headers``, ``_trace_configs``, ``_middlewares``,
+  ``_cookie_jar``), the connector's ``allowed_protocol_schema_set`` and ``_timeout_ceil_threshold``, calls
+  ``connector.connect(req, traces=, timeout=)``, ``protocol.set_response_params(...)``, ``req.send(conn)``,
+  ``resp.start(conn)``, ``req.close()`` and reads ``req._body.consumed``; ``_request`` must still do
+  nothing else for treg's session (its steps are listed in that module's docstring).
 * ``treg/web/access_log.py`` ``AccessLogger(AbstractAccessLogger)``: ``__init__(logger, log_format)`` and
   ``log(request, response, time)``; ``AppRunner(..., handler_cancellation=True)`` reaches ``web.Server``.
 """
@@ -101,6 +109,51 @@ def test_client_request_update_body_from_data():
           UPSTREAM)
     check("request_class" in inspect.signature(aiohttp.ClientSession.__init__).parameters,
           "ClientSession(request_class=...)", "treg/infra/upstream.py create_session")
+
+
+LEAN = "treg/infra/lean_request.py lean_request"
+SESSION_FIELDS = ("_connector", "_timeout", "_retry_connection", "_request_class", "_response_class",
+                  "_skip_auto_headers", "_version", "_loop", "_auto_decompress", "_read_bufsize", "_max_line_size",
+                  "_max_field_size", "_max_headers", "_trace_configs", "_middlewares", "_cookie_jar")
+
+
+async def test_the_lean_request_reads_what_is_there():
+    from aiohttp.client_proto import ResponseHandler
+    from aiohttp.client_reqrep import ClientResponse
+    from aiohttp.payload import Payload
+
+    session = aiohttp.ClientSession()
+    try:
+        for name in SESSION_FIELDS:
+            check(hasattr(session, name), f"ClientSession.{name}", LEAN)
+        check(hasattr(session._connector, "allowed_protocol_schema_set")
+              and hasattr(session._connector, "_timeout_ceil_threshold"),
+              "the connector's allowed_protocol_schema_set and _timeout_ceil_threshold", LEAN)
+    finally:
+        await session.close()
+    check(params(aiohttp.BaseConnector.connect) == [("self", EMPTY), ("req", EMPTY), ("traces", EMPTY),
+                                                    ("timeout", EMPTY)],
+          "BaseConnector.connect(self, req, traces, timeout)", LEAN)
+    wanted = {"timer", "skip_payload", "read_until_eof", "auto_decompress", "read_timeout", "read_bufsize",
+              "timeout_ceil_threshold", "max_line_size", "max_field_size", "max_headers"}
+    check(wanted == {n for n, _ in params(ResponseHandler.set_response_params)} - {"self"},
+          "ResponseHandler.set_response_params's parameters", LEAN)
+    init = {n for n, _ in params(ClientRequest.__init__)}
+    check({"headers", "skip_auto_headers", "data", "version", "loop", "response_class", "timer", "session",
+           "traces"} <= init, "ClientRequest.__init__'s keywords", LEAN)
+    check(params(ClientRequest.send) == [("self", EMPTY), ("conn", EMPTY)] and
+          params(ClientResponse.start) == [("self", EMPTY), ("connection", EMPTY)] and
+          inspect.iscoroutinefunction(ClientRequest.close) and isinstance(getattr(Payload, "consumed"), property),
+          "ClientRequest.send(conn), ClientResponse.start(connection), ClientRequest.close(), Payload.consumed",
+          LEAN)
+    # what _request does for treg's session is what lean_request does: the steps it must still have (a
+    # step gone means the two differ; read _request against lean_request before changing this list)
+    source = inspect.getsource(aiohttp.ClientSession._request)
+    for step in ("strip_auth_from_url(url)", "self._cookie_jar.filter_cookies(url)", "retry_persistent_connection",
+                 "await self._connector.connect(", "conn.protocol.set_response_params(", "await req.send(conn)",
+                 "await resp.start(conn)", "req._body.consumed", "raise ClientOSError(*exc.args) from exc",
+                 "upload_tracker", "effective_middlewares"):
+        check(step in source, f"ClientSession._request's step {step!r}", LEAN)
 
 
 def test_faithful_request_overrides_what_it_means_to():

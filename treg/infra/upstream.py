@@ -21,6 +21,7 @@ from yarl import URL
 
 from treg.errors import BadRequest, GatewayFailed, TregError
 from treg.frozen import frozen_value
+from treg.infra.lean_request import lean_request, usable as lean_usable
 from treg.infra.read_deadlines import DeadlineConnector
 from treg.memo import memoized
 from treg.settings import Settings
@@ -275,8 +276,11 @@ async def send(session: "aiohttp.ClientSession | NotServing", req: UpstreamReque
     # to refuse an Authorization beside them (as it always did) instead of overwriting it
     merged = req.headers if url.raw_user is not None or url.raw_password is not None else None
     try:
-        resp = await session.request(req.method, url, headers=merged, data=req.body, allow_redirects=False,
-                                     compress=None)
+        if lean_usable(session, url):  # the session's own parts without its general path (lean_request.py)
+            resp = await lean_request(session, req.method, url, req.body)  # type: ignore[arg-type]
+        else:
+            resp = await session.request(req.method, url, headers=merged, data=req.body, allow_redirects=False,
+                                         compress=None)
     except TregError:
         raise
     except ValueError as exc:
