@@ -274,7 +274,7 @@ class Database:
             # so a second cancellation here cannot interrupt it
             await asyncio.shield(self._pool.release(conn))
 
-    async def run(self, sql: str, params: Mapping[str, Any], *, path: str = "other") -> list[tuple[Any, ...]]:
+    async def run(self, sql: str, params: Mapping[str, Any] | None, *, path: str = "other") -> list[tuple[Any, ...]]:
         """One statement of SQL text in its own implicit transaction (autocommit): one round trip, no
         ``BEGIN``/``COMMIT`` around it, no compilation, on a connection of its own beside the pool
         (treg/infra/statement_lines.py: a speed trick). For the hot statements whose text is fixed at

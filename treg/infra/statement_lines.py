@@ -99,7 +99,7 @@ class Line:
             else:  # pragma: no cover - psycopg2 documents no other state
                 raise psycopg2.OperationalError(f"unexpected poll state {state}")
 
-    async def run(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    async def run(self, sql: str, params: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
         self.cursor.execute(sql, params)  # asynchronous: sends the statement, returns at once
         await self.ready()
         return self.cursor.fetchall() if self.cursor.description is not None else []
@@ -204,7 +204,7 @@ class Lines:
         if not self._wake_one(line):
             self._free.append(line)
 
-    async def run(self, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    async def run(self, sql: str, params: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
         line = await self.acquire()
         ok = False
         try:
