@@ -8,7 +8,7 @@ treg/authentication.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from treg.errors import Forbidden
@@ -44,9 +44,12 @@ class Identity:
         # a scoped token never manages, whoever its member is (a demo token is issued for the org's owner)
         return self.role in MANAGER_ROLES and self.scope == FULL
 
-    @property
-    def is_demo(self) -> bool:
-        return self.scope == DEMO
+    #: a public demo's token (``scope == DEMO``): a field made once with the identity (which the identity
+    #: cache keeps), not a property asked several times a call
+    is_demo: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_demo", self.scope == DEMO)  # frozen: dataclasses' own way to set it
 
 
 class Credential:
