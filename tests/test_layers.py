@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "treg.http_grammar", "treg.uri_grammar", "treg.link_grammar", "treg.names", "treg.query",
                 "treg.forwarded", "treg.periodic",
                 "treg.logs", "treg.identity", "treg.bindings", "treg.redaction", "treg.spool_budget",
-                "treg.call_record", "treg.hold", "treg.origin", "treg.settings", "treg.domain")),
+                "treg.call_record", "treg.hold", "treg.origin", "treg.settings", "treg.cookie_names", "treg.domain")),
     ("infra", ("treg.infra", "treg.cache")),
     ("registries", ("treg.hookspecs", "treg.plugins", "treg.catalog", "treg.overflow", "treg.capacity",
                     "treg.results", "treg.metrics", "treg.oauth_runtime", "treg.hub_runs", "treg.startup")),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 from treg.bindings import Binding, InjectionPlan, Injector
 from treg.cache import Caches
 from treg.catalog.registry import CatalogRegistry
+from treg.cookie_names import HostCookies
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
 from treg.infra.dns import NullResolver, VettingResolver
@@ -108,6 +109,9 @@ class Services:
     ssrf: SsrfPolicy
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: RedactorMemo
+    #: the cookies of treg and of its host that a caller's Cookie loses before it goes upstream
+    #: (the built-in names and ``TREG_HOST_COOKIES``: treg.call.headers.HostCookies)
+    host_cookies: HostCookies
     #: closes money holds: at once (treg.money.settler.InlineSettler) until the call runtime installs the
     #: background Settler, which closes them off the answer's path
     settler: HoldCloser

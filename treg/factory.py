@@ -16,6 +16,7 @@ import treg.startup
 from treg.capacity.breaker import BreakerStore, LockView
 from treg.capacity.spacer import Spacer
 from treg.context import Services
+from treg.cookie_names import HostCookies
 from treg.infra import crypto
 from treg.infra.crypto import SecretBox
 from treg.infra.db import Database
@@ -42,6 +43,7 @@ def build_services(settings: Settings, db: Database, *, startup: treg.startup.St
                     aggregators=startup.aggregators, capacity_signatures=startup.capacity_signatures,
                     result_classifiers=startup.result_classifiers,
                     ssrf=SsrfPolicy.from_settings(settings.proxy_ssrf_check, settings.ssrf_allow),
-                    platform_redactors=RedactorMemo(), settler=InlineSettler(db),
+                    platform_redactors=RedactorMemo(),
+                    host_cookies=HostCookies.of(settings.host_cookies), settler=InlineSettler(db),
                     breaker=BreakerStore(db, settings, view=lock_view), lock_view=lock_view,
                     spacer=Spacer(settings.smoothing_max_wait_ms), metrics=metrics)

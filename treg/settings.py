@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from treg import origin
+from treg.http_grammar import TOKEN
 from treg.errors import ConfigError
 
 
@@ -172,6 +173,10 @@ class Settings:
         "TREG_TRUSTED_PROXIES", (), "comma-separated addresses or CIDRs of reverse proxies whose `X-Forwarded-For` "
         "and `X-Forwarded-Proto` treg believes (the client address of the logs and of the public demo's hourly "
         "limit); from any other peer they are ignored", "cidrs")
+    host_cookies: tuple[str, ...] = _setting(
+        "TREG_HOST_COOKIES", (), "comma-separated names of cookies that belong to treg's host, not to an upstream "
+        "(a login proxy's in front of treg), taken out of every caller's `Cookie` before it goes upstream, besides "
+        "the built-in ones (docs/clients.md); a trailing `*` matches a prefix", "cookie_names")
     mcp_allowed_origins: tuple[str, ...] = _setting(
         "TREG_MCP_ALLOWED_ORIGINS", (), "comma-separated browser origins (`https://app.example`) allowed to POST "
         "to `/mcp` besides treg's own", "list")
@@ -349,12 +354,17 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             if text not in choices:
                 raise ValueError(f"expected one of {', '.join(choices)}, got {raw!r}")
             return text
-        if kind in ("list", "cidrs"):
+        if kind in ("list", "cidrs", "cookie_names"):
             items = raw if isinstance(raw, (list, tuple)) else str(raw).split(",")
             items = tuple(str(i).strip() for i in items if str(i).strip())
             if kind == "cidrs":
                 for item in items:
                     ipaddress.ip_network(item, strict=False)
+            if kind == "cookie_names":
+                for item in items:  # a name (an RFC 9110 token), or a prefix and a trailing *
+                    if not TOKEN.match(item.removesuffix("*")):
+                        raise ValueError(f"{item!r} is not a cookie name (letters, digits and "
+                                         f"!#$%&'*+-.^_`|~), nor one followed by * for a prefix")
             return items
         return str(raw)
     except ValueError as exc:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from treg.cookie_names import BUILTIN_HOST_COOKIES, TREG_COOKIES, HostCookies
 from treg.http_grammar import PER_HOP as HOP_BY_HOP
 from treg.memo import BoundedMemo
 
 #: treg's control/infra headers and edge forwarding headers: never reach an upstream
 CONTROL = frozenset({"x-treg-token", "x-treg-org", "ngrok-skip-browser-warning", "x-real-ip", "forwarded", "via"})
-#: treg's own cookies: scrubbed from a caller's Cookie, and an upstream may not set them
-TREG_COOKIES = frozenset({"treg_session", "treg_login", "treg_oauth_state"})
 
 NOSNIFF = ("X-Content-Type-Options", "nosniff")
 SANDBOX = ("Content-Security-Policy", "sandbox")
@@ -44,10 +43,10 @@ ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-
 _DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY
 
 
-def scrub_cookie(value: str) -> str | None:
-    """The Cookie header without treg's own cookies (others kept verbatim, in order)."""
+def scrub_cookie(value: str, host: HostCookies = BUILTIN_HOST_COOKIES) -> str | None:
+    """The Cookie header without treg's own cookies nor its host's (others kept verbatim, in order)."""
     parts = value.split(";")
-    ours = [part.strip().split("=", 1)[0].strip() in TREG_COOKIES for part in parts]
+    ours = [host.owns(part.strip().split("=", 1)[0].strip()) for part in parts]
     if not any(ours):
         return value  # nothing of treg's: the caller's bytes, spacing and all
     kept = [part for part, is_ours in zip(parts, ours) if part.strip() and not is_ours]
@@ -56,8 +55,10 @@ def scrub_cookie(value: str) -> str | None:
     return ";".join(kept).strip()
 
 
-def request_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The caller's headers that go upstream: order and duplicates kept, hop-by-hop and control dropped."""
+def request_headers(raw: Sequence[tuple[str, str]],
+                    host: HostCookies = BUILTIN_HOST_COOKIES) -> list[tuple[str, str]]:
+    """The caller's headers that go upstream: order and duplicates kept, hop-by-hop and control dropped,
+    and the cookies of treg and of its host (``host``) taken out of ``Cookie``."""
     out = []
     listed: set[str] | None = None
     for k, v in raw:
@@ -67,7 +68,7 @@ def request_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
                 listed = connection_tokens(raw)
             continue
         if n == "cookie":
-            scrubbed = scrub_cookie(v)
+            scrubbed = scrub_cookie(v, host)
             if scrubbed is None:
                 continue
             v = scrubbed

@@ -74,7 +74,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     # coding" to the upstream, as it would have directly; the relay passes the coded bytes through, and
     # the metered and archive paths decode or skip them: treg/call/encodings.py). Where treg reads an
     # answer itself (a routed call's children, an MCP tool result) its input asks for identity
-    headers = CIMultiDict(hdr.request_headers(inp.headers))
+    headers = CIMultiDict(hdr.request_headers(inp.headers, svc.host_cookies))
     for k, v in target.extra_headers:
         headers[k] = v
     out = OutgoingRequest(headers=headers, query=list(target.query))
