@@ -27,7 +27,7 @@ from treg.infra import upstream
 from treg.infra.schema import INT_MAX
 from treg.infra.upstream import UpstreamRequest, UpstreamResponse
 from treg.oauth import credentials as oauth
-from treg.org_data import OrgSecrets, org_secret_rows, secret_missing
+from treg.org_data import OrgSecrets, cached_org_secret_rows, org_secret_rows, secret_missing
 
 if TYPE_CHECKING:
     from treg.call.state import CallState
@@ -84,7 +84,7 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
     own_tool = target.catalog is None
     for binding in bindings:
         if binding.secret_id:
-            stored = await org_secret_rows(svc, org_id)
+            stored = cached_org_secret_rows(svc, org_id) or await org_secret_rows(svc, org_id)
             break
     # compiled when the tool (or the catalog provider) loaded; a target built without one compiles here
     plan = target.plan or compile_plan(svc.injectors, bindings)

@@ -198,9 +198,10 @@ def _session_cookie(cookie: str, csrf: str | None) -> SessionCookie | None:
     return None
 
 
-async def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
+def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
     """The request as a CallInput, without reading or decoding anything that could cost treg work: a
-    body to read (or a refusal) is a :class:`PendingBody` the pipeline runs once the caller is identified."""
+    body to read (or a refusal) is a :class:`PendingBody` the pipeline runs once the caller is identified.
+    Synchronous: it awaits nothing, and a coroutine per call costs a frame it never needs."""
     if len(request.method) > METHOD_MAX:
         # refused as llhttp refuses it (unrecorded, before the caller is known); only aiohttp's pure-Python
         # parser lets such a token through, and the call's audit row could not hold it
@@ -247,7 +248,7 @@ async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     if transport := request.transport:  # the address URLs treg builds name, without TREG_PUBLIC_URL
         note_listen(transport.get_extra_info("sockname"))
-    inp = await intake(request, surface, call_id)
+    inp = intake(request, surface, call_id)
     outcome = await service.execute(svc, inp)
     resp = RelayResponse(outcome, request) if outcome.raw_headers is None else RawHeadResponse(outcome, request)
     resp.headers.extend(outcome.headers)
