@@ -247,16 +247,18 @@ async def test_upstream_x_treg_headers_dropped(gateway, up, plain):
 async def test_upstream_policy_for_treg_s_origin_dropped(gateway, up, plain):
     """Headers a browser applies to the origin that answered, treg's: an upstream's HSTS (``max-age=0``
     would clear the operator's own), ``Clear-Site-Data`` (an answer a browser reads logging the user out of the
-    whole registrable domain) and ``Alt-Svc`` never reach the caller, in any spelling; the rest does."""
+    whole registrable domain), ``Alt-Svc`` and ``Refresh`` (a browser showing the answer navigated anywhere:
+    an open redirect on treg's origin) never reach the caller, in any spelling; the rest does."""
     up.responder = lambda ex: http_response(200, b"x", [
         ("Strict-Transport-Security", "max-age=0"), ("strict-transport-security", "max-age=1; includeSubDomains"),
         ("Clear-Site-Data", '"cookies", "storage"'), ("ALT-SVC", 'h2="elsewhere.example:443"; ma=86400'),
+        ("Refresh", "0; url=https://phish.example/login"), ("REFRESH", "5;URL='//phish.example/'"),
         ("Set-Cookie", "vendor=1"), ("X-Other", "o")])
     r = await gateway.raw("GET", "/call/up/x")
     assert r.status == 200
-    for name in ("Strict-Transport-Security", "Clear-Site-Data", "Alt-Svc"):
+    for name in ("Strict-Transport-Security", "Clear-Site-Data", "Alt-Svc", "Refresh"):
         assert r.header_all(name) == [], name
-    assert b"elsewhere.example" not in r.head and b"max-age" not in r.head
+    assert b"elsewhere.example" not in r.head and b"max-age" not in r.head and b"phish" not in r.head
     assert r.header("X-Other") == "o" and r.header_all("Set-Cookie") == ["vendor=1; Path=/call/up"]  # an own tool's
 
 

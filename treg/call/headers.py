@@ -37,8 +37,10 @@ _DROP_REQUEST_PREFIXES = ("x-treg-", "proxy-", "x-forwarded-")
 #: vendor (or any upstream a caller reaches) would set policy for treg's own origin. HSTS with
 #: ``max-age=0`` clears the operator's own policy for the dashboard (the first such header wins);
 #: ``Clear-Site-Data: "cookies"`` on an answer a browser reads logs the user out of treg and of every
-#: site on its registrable domain; ``Alt-Svc`` announces other endpoints for treg's origin
-ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-svc"})
+#: site on its registrable domain; ``Alt-Svc`` announces other endpoints for treg's origin; ``Refresh``
+#: navigates a browser showing the answer anywhere (an open redirect on treg's origin, which the
+#: rewriting of ``Location`` closes; no API client follows it)
+ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-svc", "refresh"})
 #: dropped from an answer by name (Content-Length is relayed: the caller's framing is the upstream's)
 _DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY
 
