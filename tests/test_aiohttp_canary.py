@@ -9,6 +9,9 @@ or re-verify it, then update this file. What treg relies on, and where:
   and ``update_body_from_data`` (sets ``self._body = None`` itself to skip the ``Content-Length: 0``
   aiohttp adds to a bodyless POST); ``__init__`` must call both, headers first; the class goes in via
   ``ClientSession(request_class=...)``.
+* ``treg/infra/upstream.py`` ``FaithfulRequest.update_auto_headers``: aiohttp's adds only ``DEFAULT_HEADERS``
+  and ``User-Agent``, each unless the headers or the skip list name it, and keeps the skip list as
+  ``_skip_auto_headers`` (a CIMultiDict), which the rest of ``ClientRequest`` only reads.
 * ``treg/web/call.py`` ``RelayResponse(StreamResponse)``: overrides ``async _prepare_headers()`` (called
   by ``prepare``, after aiohttp's own defaults), edits ``self._headers`` (the same object as
   ``headers``) and sets ``_send_headers_immediately = False`` to send a small answer's headers with its
@@ -156,9 +159,24 @@ async def test_the_lean_request_reads_what_is_there():
         check(step in source, f"ClientSession._request's step {step!r}", LEAN)
 
 
+def test_update_auto_headers_adds_only_the_defaults_and_the_user_agent():
+    where = "treg/infra/upstream.py FaithfulRequest.update_auto_headers"
+    check(params(ClientRequest.update_auto_headers) == [("self", EMPTY), ("skip_auto_headers", EMPTY)],
+          "ClientRequest.update_auto_headers(self, skip_auto_headers)", where)
+    body = inspect.getsource(ClientRequest.update_auto_headers)
+    writes = re.findall(r"self\.(\w+)(?:\[[^\]]*\])?\s*=", body)
+    check(sorted(set(writes)) == ["_skip_auto_headers", "headers"] and "self.DEFAULT_HEADERS.items()" in body
+          and "hdrs.USER_AGENT" in body, "what update_auto_headers sets (the default headers, User-Agent, the map)",
+          where)
+    source = inspect.getsource(ClientRequest)
+    uses = re.findall(r"self\._skip_auto_headers\b[^\n]*", source)
+    check(all(" = " not in u or u.startswith("self._skip_auto_headers = CIMultiDict(") for u in uses),
+          "_skip_auto_headers written only by update_auto_headers (the rest of ClientRequest reads it)", where)
+
+
 def test_faithful_request_overrides_what_it_means_to():
     # a rename on treg's side would silently fall back to aiohttp's behaviour
-    for name in ("update_headers", "update_body_from_data"):
+    for name in ("update_headers", "update_body_from_data", "update_auto_headers"):
         assert name in FaithfulRequest.__dict__ and hasattr(ClientRequest, name), name
 
 

@@ -190,3 +190,31 @@ async def test_what_it_does_not_cover_goes_through_session_request():
         assert not usable(traced, plain) and not usable(jar, plain) and not usable(timed, plain)
     finally:
         await asyncio.gather(traced.close(), jar.close(), timed.close())
+
+
+SKIPS = [frozenset(), frozenset({"User-Agent"}), frozenset({"User-Agent", "Accept", "Accept-Encoding"}),
+         frozenset({"user-agent", "ACCEPT", "accept-encoding", "Content-Type"})]
+HEADER_SETS = [(), (("Accept", "text/plain"),), (("User-Agent", "sdk/1"), ("X-A", "1"), ("x-a", "2"))]
+
+
+@pytest.mark.parametrize("skip", SKIPS + [None])
+@pytest.mark.parametrize("headers", HEADER_SETS)
+async def test_the_automatic_headers_are_aiohttp_s(skip, headers):
+    """FaithfulRequest's ``update_auto_headers`` (its skip map made once per skip list) leaves a request
+    with exactly the headers and the skip map aiohttp's own would, whatever the list covers."""
+    from aiohttp.client_reqrep import ClientRequest
+    from multidict import istr
+
+    skip_arg = None if skip is None else frozenset(istr(h) for h in skip)
+    token = upstream._EXACT_HEADERS.set(headers)
+    try:
+        for _ in range(2):  # the map made, then found
+            ours = upstream.FaithfulRequest("GET", URL("http://upstream.test/x"), skip_auto_headers=skip_arg,
+                                            loop=asyncio.get_running_loop())
+            theirs = ClientRequest("GET", URL("http://upstream.test/x"), headers=headers, skip_auto_headers=skip_arg,
+                                   loop=asyncio.get_running_loop())
+            assert list(ours.headers.items()) == list(theirs.headers.items())
+            assert ours.skip_auto_headers == theirs.skip_auto_headers
+            assert (ours._skip_auto_headers is None) == (theirs._skip_auto_headers is None)
+    finally:
+        upstream._EXACT_HEADERS.reset(token)

@@ -16,14 +16,16 @@ from types import MappingProxyType
 from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, NamedTuple
 
 import aiohttp
+from aiohttp import hdrs
 from aiohttp.client_reqrep import ClientRequest
+from multidict import CIMultiDict
 from yarl import URL
 
 from treg.errors import BadRequest, GatewayFailed, TregError
 from treg.frozen import frozen_value
 from treg.infra.lean_request import lean_request, usable as lean_usable
 from treg.infra.read_deadlines import DeadlineConnector
-from treg.memo import memoized
+from treg.memo import BoundedMemo, memoized
 from treg.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,34 @@ class FaithfulRequest(ClientRequest):
             host = [v for k, v in exact if k.lower() == "host"][-1]
             headers["Host"] = host
 
+    def update_auto_headers(self, skip_auto_headers: Any) -> None:
+        # aiohttp sorts the session's skip list into a new CIMultiDict and copies the headers on every
+        # request, only to add no header at all when that list names each one it would add (treg's session
+        # does: User-Agent, Accept, Accept-Encoding). The same verdict, its map made once per skip list (a
+        # speed trick: docs/performance.md round 13); aiohttp only reads ``_skip_auto_headers`` after this
+        skip = _SKIP_MAPS.get(skip_auto_headers) if isinstance(skip_auto_headers, frozenset) else None
+        if skip is None and isinstance(skip_auto_headers, frozenset):
+            skip = _SKIP_MAPS.put(skip_auto_headers, _skip_map(skip_auto_headers, self.DEFAULT_HEADERS))
+        if skip is not None and skip[1]:
+            self._skip_auto_headers = skip[0]
+            return
+        super().update_auto_headers(skip_auto_headers)
+
     def update_body_from_data(self, body: Any, _stacklevel: int = 3) -> None:
         if body is None:
             self._body = None
             return
         super().update_body_from_data(body, _stacklevel=_stacklevel + 1)
+
+
+def _skip_map(skip: frozenset[str], defaults: Mapping[str, str]) -> tuple[CIMultiDict[None], bool]:
+    """aiohttp's map of a skip list, and whether it names every header aiohttp would add on its own."""
+    mapped: CIMultiDict[None] = CIMultiDict((name, None) for name in sorted(skip))
+    return mapped, all(name in mapped for name in (*defaults, hdrs.USER_AGENT))
+
+
+#: a session's skip list → (its map, it covers every automatic header); a session has one list
+_SKIP_MAPS: BoundedMemo[frozenset[str], tuple[CIMultiDict[None], bool]] = BoundedMemo(16)
 
 
 class NotServing:
