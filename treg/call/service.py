@@ -18,7 +18,7 @@ from treg.call import (archive, call_caps, capacity_stage, demo, hub_stage, inta
 from treg.call.authorize import authorize
 from treg.call.relay import prepare, send
 from treg.call.state import CallOutcome, CallState
-from treg.call.types import CallInput
+from treg.call.types import CallInput, PendingBody
 from treg.context import Services
 
 __all__ = ["CallOutcome", "CallState", "execute"]
@@ -30,14 +30,17 @@ async def execute(svc: Services, inp: CallInput) -> CallOutcome:
     try:
         intake.check_scope(state)  # ... a scoped token only where its scope reaches (a table token: GET /table/)
         table.intake(state)  # ... /table/: its format and Accept are treg's, never the vendor's
-        await intake.load_body(state)  # ... then the body the edge left pending (or its header refusal)
+        if isinstance(state.inp.body, PendingBody):  # ... then the body the edge left pending (or its refusal)
+            await intake.load_body(state)
         intake.check_tag(state)  # ... and an X-Treg-Tag every limit and the audit row can hold
         state.target = target = await resolve.resolve_target(svc, ident, state)  # 2 resolve: tool or catalog endpoint
         if target.routed is not None:  # treg.<capability>: its children run through execute
             return await routed.run(svc, state, execute)
         state.inp = await authorize(svc, ident, state.inp, target)  # 3 authorize: ACL, deny rules
-        await call_caps.count(svc, state)  # ... then the member's call cap (every call that passes counts)
-        await demo.gate(svc, state)  # ... then a public demo call's gate: its endpoints, its hour per address
+        if ident.calls_per_day is not None:  # ... then the member's call cap (every call that passes counts)
+            await call_caps.count(svc, state)
+        if ident.is_demo:  # ... then a public demo call's gate: its endpoints, its hour per address
+            await demo.gate(svc, state)
         if target.catalog is not None:  # the catalog's features (an own tool's call has none of them)
             await resources.check_owned(svc, state)  # ... and, on treg's key, the object's owner
             await jobs.guard(svc, state)  # ... a platform-tier poll/fetch reads only the org's own async jobs
