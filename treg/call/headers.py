@@ -57,24 +57,43 @@ def scrub_cookie(value: str, host: HostCookies = BUILTIN_HOST_COOKIES) -> str | 
     return ";".join(kept).strip()
 
 
+#: what :func:`request_headers` and :func:`response_headers` do with a header, by its name
+_KEEP, _DROP, _CONNECTION, _SET_COOKIE, _COOKIE = range(5)
+
+
+def _request_verdict(name: str) -> int:
+    n = name.lower()
+    if n == "connection":
+        return _CONNECTION
+    if n in _DROP_REQUEST or n.startswith(_DROP_REQUEST_PREFIXES):
+        return _DROP
+    return _COOKIE if n == "cookie" else _KEEP
+
+
+#: request verdicts by the name as the caller spelled it: :data:`_RESPONSE_VERDICTS`' trick, for the
+#: names a client sends on every call (bounded: a caller may send any names)
+_REQUEST_VERDICTS: BoundedMemo[str, int] = BoundedMemo(1024)
+
+
 def request_headers(raw: Sequence[tuple[str, str]],
                     host: HostCookies = BUILTIN_HOST_COOKIES) -> list[tuple[str, str]]:
     """The caller's headers that go upstream: order and duplicates kept, hop-by-hop and control dropped,
     and the cookies of treg and of its host (``host``) taken out of ``Cookie``."""
     out = []
     listed: set[str] | None = None
+    known = _REQUEST_VERDICTS.get
     for k, v in raw:
-        n = k.lower()
-        if n in _DROP_REQUEST or n.startswith(_DROP_REQUEST_PREFIXES):
-            if n == "connection":
-                listed = connection_tokens(raw)
-            continue
-        if n == "cookie":
+        verdict = known(k)
+        if verdict is None:
+            verdict = _REQUEST_VERDICTS.put(k, _request_verdict(k))
+        if verdict == _KEEP:
+            out.append((k, v))
+        elif verdict == _COOKIE:
             scrubbed = scrub_cookie(v, host)
-            if scrubbed is None:
-                continue
-            v = scrubbed
-        out.append((k, v))
+            if scrubbed is not None:
+                out.append((k, scrubbed))
+        elif verdict == _CONNECTION:
+            listed = connection_tokens(raw)
     if listed:  # names the caller's Connection header marked hop-by-hop (rare: a second pass)
         out = [(k, v) for k, v in out if k.lower() not in listed]
     return out
@@ -83,10 +102,6 @@ def request_headers(raw: Sequence[tuple[str, str]],
 def _sets_treg_cookie(value: str) -> bool:
     name = value.split("=", 1)[0].strip()
     return name in TREG_COOKIES
-
-
-#: what :func:`response_headers` does with a header, by its name
-_KEEP, _DROP, _CONNECTION, _SET_COOKIE = range(4)
 
 
 def _response_verdict(name: str) -> int:
