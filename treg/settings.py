@@ -363,8 +363,8 @@ def _convert(name: str, kind: str, raw: Any) -> Any:
             if kind == "cookie_names":
                 for item in items:  # a name (an RFC 9110 token), or a prefix and a trailing *
                     if not TOKEN.match(item.removesuffix("*")):
-                        raise ValueError(f"{item!r} is not a cookie name (letters, digits and "
-                                         f"!#$%&'*+-.^_`|~), nor one followed by * for a prefix")
+                        raise ValueError(f"{item!r} is not a cookie name (an RFC 9110 token: letters, digits "
+                                         f"and the token's punctuation), nor one followed by * for a prefix")
             return items
         return str(raw)
     except ValueError as exc:
