@@ -28,13 +28,13 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.instructions import wait_http
 from bench.load import Budget, Sample, raw_load
-from bench.procs import BENCH_ROOT, free_port, run_cli, start_helper
+from bench.one_call import one_call
+from bench.procs import BENCH_ROOT
 from bench.through_treg import setup_treg_data
 
 #: run as ``python <this file's TRACER> <the program's argv>``: counts between two request numbers
@@ -141,44 +141,19 @@ async def count(cmd: list[str], env: dict[str, str], port: int, health: str, req
 
 
 async def measure(opts: argparse.Namespace) -> dict[str, Any]:
-    from treg.infra import embedded_pg
+    async with one_call("treg-bench-bytecodes-") as call:
+        out: dict[str, Any] = {"warmup": opts.warmup, "concurrency": 32}
+        out["baseline"] = await count(call.baseline_cmd, call.env, call.baseline_port, "/small", call.baseline_request,
+                                      call.tmp / "baseline.json", warmup=opts.warmup, calls=opts.calls)
+        org = await call.treg_org("bench-bc")
 
-    with tempfile.TemporaryDirectory(prefix="treg-bench-bytecodes-") as tmp_name:
-        tmp = Path(tmp_name)
-        server = embedded_pg.start(tmp / "pg")
-        up = None
-        try:
-            dsn = server.ensure_database()
-            up = await start_helper("upstream")
-            upstream = f"http://127.0.0.1:{up.port}"
-            env_base = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [BENCH_ROOT,
-                                                                                 os.environ.get("PYTHONPATH")])))
-            from bench.instructions import BASELINE
+        async def data() -> None:
+            await setup_treg_data(call.treg_port, org["token"], call.upstream)
 
-            (tmp / "baseline.py").write_text(BASELINE)
-            bport = free_port()
-            base_req = f"GET /small HTTP/1.1\r\nHost: 127.0.0.1:{bport}\r\n\r\n".encode()
-            out: dict[str, Any] = {"warmup": opts.warmup, "concurrency": 32}
-            out["baseline"] = await count([str(tmp / "baseline.py"), upstream, str(bport)], env_base, bport, "/small",
-                                          base_req, tmp / "baseline.json", warmup=opts.warmup, calls=opts.calls)
-            env = {k: v for k, v in env_base.items() if not k.startswith("TREG_")}
-            tport = free_port()
-            env.update(TREG_HOME=str(tmp / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
-                       TREG_HOST="127.0.0.1", TREG_PORT=str(tport), TREG_LOG_LEVEL="INFO")
-            org = json.loads(await run_cli(env, "init", "--org", "bench-bc", "--email", "bc@bench.test"))
-            treg_req = (f"GET /call/bench/small HTTP/1.1\r\nHost: 127.0.0.1:{tport}\r\n"
-                        f"X-Treg-Token: {org['token']}\r\n\r\n").encode()
-
-            async def data() -> None:
-                await setup_treg_data(tport, org["token"], upstream)
-
-            out["treg"] = await count(["-m", "treg", "serve"], env, tport, "/healthz", treg_req, tmp / "treg.json",
-                                      warmup=opts.warmup, calls=opts.calls, before=data)
-            return out
-        finally:
-            if up is not None:
-                await up.stop()
-            server.stop()
+        out["treg"] = await count(["-m", "treg", "serve"], call.treg_env(), call.treg_port, "/healthz",
+                                  call.treg_request(org["token"]), call.tmp / "treg.json", warmup=opts.warmup,
+                                  calls=opts.calls, before=data)
+        return out
 
 
 def report(out: dict[str, Any], top: int) -> str:

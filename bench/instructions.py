@@ -21,40 +21,20 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.load import Budget, Sample, raw_load
-from bench.procs import free_port, run_cli, start_helper
+from bench.one_call import one_call
 from bench.through_treg import setup_treg_data
 
 CALLGRIND = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no"]
 #: the longest a process may take to start under valgrind
 START_S = 300.0
-BASELINE = '''
-import asyncio, signal, sys
-from aiohttp import web
-from bench.servers import baseline_app
-
-async def main() -> None:
-    runner = web.AppRunner(baseline_app(sys.argv[1]), access_log=None, handle_signals=False)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", int(sys.argv[2])).start()
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
-    await runner.cleanup()
-
-asyncio.run(main())
-'''
-
-
 def total_ir(dump: Path) -> int:
     for line in dump.read_text(errors="replace").splitlines():
         if line.startswith(("summary:", "totals:")):
@@ -98,51 +78,33 @@ async def count(proc: subprocess.Popen[bytes], port: int, request: bytes, outdir
 
 
 async def measure(opts: argparse.Namespace) -> dict[str, Any]:
-    from treg.infra import embedded_pg
-
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("bench.instructions needs valgrind (Debian: apt-get install valgrind)")
     procs: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryDirectory(prefix="treg-bench-ir-") as tmp_name:
-        tmp = Path(tmp_name)
-        outdir = tmp / "callgrind"
+    async with one_call("treg-bench-ir-") as call:
+        outdir = call.tmp / "callgrind"
         outdir.mkdir()
-        server = embedded_pg.start(tmp / "pg")
-        up = None
         try:
-            dsn = server.ensure_database()
-            up = await start_helper("upstream")
-            upstream = f"http://127.0.0.1:{up.port}"
-            bench_root = str(Path(__file__).resolve().parent.parent)
-            env_base = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [bench_root,
-                                                                                 os.environ.get("PYTHONPATH")])))
-            (tmp / "baseline.py").write_text(BASELINE)
-            bport = free_port()
             base = subprocess.Popen([*CALLGRIND, f"--callgrind-out-file={outdir}/cg.%p", sys.executable,
-                                     str(tmp / "baseline.py"), upstream, str(bport)], env=env_base,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     *call.baseline_cmd], env=call.env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
             procs.append(base)
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TREG_")}
-            tport = free_port()
-            env.update(TREG_HOME=str(tmp / "home"), TREG_DATABASE_URL=dsn, TREG_SSRF_ALLOW="127.0.0.0/8",
-                       TREG_HOST="127.0.0.1", TREG_PORT=str(tport), TREG_LOG_LEVEL="INFO")
-            org = json.loads(await run_cli(env, "init", "--org", "bench-ir", "--email", "ir@bench.test"))
-            log = open(tmp / "treg.log", "wb")
+            org = await call.treg_org("bench-ir")
+            log = open(call.tmp / "treg.log", "wb")
             try:
                 treg = subprocess.Popen([*CALLGRIND, f"--callgrind-out-file={outdir}/cg.%p", sys.executable, "-m",
-                                         "treg", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+                                         "treg", "serve"], env=call.treg_env(), stdout=subprocess.DEVNULL, stderr=log)
             finally:
                 log.close()
             procs.append(treg)
-            await wait_http(bport, "/small", base)
-            await wait_http(tport, "/healthz", treg)
-            await setup_treg_data(tport, org["token"], upstream)
-            base_req = f"GET /small HTTP/1.1\r\nHost: 127.0.0.1:{bport}\r\n\r\n".encode()
-            treg_req = (f"GET /call/bench/small HTTP/1.1\r\nHost: 127.0.0.1:{tport}\r\n"
-                        f"X-Treg-Token: {org['token']}\r\n\r\n").encode()
+            await wait_http(call.baseline_port, "/small", base)
+            await wait_http(call.treg_port, "/healthz", treg)
+            await setup_treg_data(call.treg_port, org["token"], call.upstream)
             out: dict[str, Any] = {"calls": opts.calls, "warmup": opts.warmup, "concurrency": 32}
-            out["baseline"] = await count(base, bport, base_req, outdir, warmup=opts.warmup, calls=opts.calls)
-            out["treg"] = await count(treg, tport, treg_req, outdir, warmup=opts.warmup, calls=opts.calls)
+            out["baseline"] = await count(base, call.baseline_port, call.baseline_request, outdir, warmup=opts.warmup,
+                                          calls=opts.calls)
+            out["treg"] = await count(treg, call.treg_port, call.treg_request(org["token"]), outdir,
+                                      warmup=opts.warmup, calls=opts.calls)
             b, t = out["baseline"]["ir_per_call"], out["treg"]["ir_per_call"]
             out["ir_treg_over_baseline"] = round(t / b, 3) if b and t else None
             return out
@@ -156,9 +118,6 @@ async def measure(opts: argparse.Namespace) -> dict[str, Any]:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
-            if up is not None:
-                await up.stop()
-            server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

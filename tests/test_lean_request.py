@@ -17,7 +17,7 @@ from treg.infra import upstream
 from treg.infra.lean_request import lean_request, usable
 from treg.keys import SERVICES
 from treg.settings import load
-from treg.testing import Exchange, http_response, raw_upstream
+from treg.testing import Exchange, Gateway, http_response, raw_upstream
 
 
 def _session() -> aiohttp.ClientSession:
@@ -40,18 +40,13 @@ def _on_connection(ex: Exchange):
 @pytest.fixture
 async def relay(aiohttp_client, make_app):
     client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
-    org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
-    client.owner = {"X-Treg-Token": org["token"]}
-    return client
+    return Gateway(client, await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test"))
 
 
-async def _tool(relay, url: str) -> None:
-    r = await relay.post("/api/v1/secrets", json={"name": "k", "value": "sk_live_lean"}, headers=relay.owner)
-    sid = (await r.json())["id"]
-    r = await relay.post("/api/v1/tools", json={"name": "up", "base_url": url, "bindings": [
-        {"location": "header", "name": "Authorization", "format": "Bearer {secret}", "secret_id": sid}]},
-        headers=relay.owner)
-    assert r.status == 201, await r.text()
+async def _tool(relay: Gateway, url: str) -> None:
+    sid = await relay.secret("sk_live_lean")
+    await relay.tool("up", url, [{"location": "header", "name": "Authorization", "format": "Bearer {secret}",
+                                  "secret_id": sid}])
 
 
 def _recording(responder):
@@ -70,9 +65,9 @@ async def test_an_idempotent_call_on_a_closed_kept_alive_connection_is_sent_agai
     async with raw_upstream(respond) as up:
         holder["up"] = up
         await _tool(relay, up.url)
-        first = await relay.request(method, "/call/up/a", headers=relay.owner, data=body or None)
+        first = await relay.call(method, "/call/up/a", data=body or None)
         assert first.status == 200 and await first.read() == b"ok:" + body
-        again = await relay.request(method, "/call/up/b", headers=relay.owner, data=body or None)
+        again = await relay.call(method, "/call/up/b", data=body or None)
         assert again.status == 200, await again.text()
         assert await again.read() == b"ok:" + body
         sent = [(e.connection, e.method, e.target, e.body) for e in up.exchanges]
@@ -86,8 +81,8 @@ async def test_a_post_on_a_closed_kept_alive_connection_is_not_sent_again(relay)
     async with raw_upstream(respond) as up:
         holder["up"] = up
         await _tool(relay, up.url)
-        assert (await relay.post("/call/up/a", headers=relay.owner, data=b"1")).status == 200
-        r = await relay.post("/call/up/b", headers=relay.owner, data=b"2")
+        assert (await relay.call("POST", "/call/up/a", data=b"1")).status == 200
+        r = await relay.call("POST", "/call/up/b", data=b"2")
         assert r.status == 502
         assert (await r.json())["error"] == "upstream_disconnected"
         assert [(e.connection, e.target) for e in up.exchanges] == [(1, "/a"), (1, "/b")]
@@ -105,8 +100,8 @@ async def test_a_streamed_body_already_sent_is_not_sent_again(relay):
     async with raw_upstream(respond) as up:
         holder["up"] = up
         await _tool(relay, up.url)
-        assert (await relay.get("/call/up/a", headers=relay.owner)).status == 200
-        r = await relay.put("/call/up/b", headers=relay.owner, data=stream())
+        assert (await relay.call("GET", "/call/up/a")).status == 200
+        r = await relay.call("PUT", "/call/up/b", data=stream())
         assert r.status == 502, await r.text()
         assert [(e.connection, e.target) for e in up.exchanges] == [(1, "/a"), (1, "/b")]
 
