@@ -110,7 +110,7 @@ class Services:
     #: the redactors of platform settings' values (they live as long as the process), memoized once
     platform_redactors: RedactorMemo
     #: the cookies of treg and of its host that a caller's Cookie loses before it goes upstream
-    #: (the built-in names and ``TREG_HOST_COOKIES``: treg.call.headers.HostCookies)
+    #: (the built-in names and ``TREG_HOST_COOKIES``: treg.cookie_names.HostCookies)
     host_cookies: HostCookies
     #: closes money holds: at once (treg.money.settler.InlineSettler) until the call runtime installs the
     #: background Settler, which closes them off the answer's path

@@ -1,7 +1,7 @@
 """Which cookies of a caller's ``Cookie`` are treg's or its host's, and so never go upstream.
 
 A value (no I/O): the relay's header filter reads it (treg/call/headers.py) and ``Services`` holds the
-one built from ``TREG_HOST_COOKIES`` (docs/clients.md, "Cookies go back to the tool that set them").
+one built from ``TREG_HOST_COOKIES`` (docs/clients.md, "Cookies of treg's host stay there").
 """
 
 from __future__ import annotations

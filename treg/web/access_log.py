@@ -100,11 +100,12 @@ class AccessSink:
                   response.body_length, seconds, call_id, caller, client))
 
     def add(self, entry: Entry) -> None:
-        # no lock: one ``append`` and the swap in :meth:`take` are each atomic under the GIL, so a line
-        # added while another thread drains goes in this batch or the next, never lost nor reordered
-        kept = self._kept
-        kept.append(entry)
-        if len(kept) >= LINES_MAX:
+        # under the console's lock: a thread draining (an executor's log line) may take the list between
+        # reading ``self._kept`` and appending to it, and a line appended to a list already written is lost
+        with self._console.lock:
+            self._kept.append(entry)
+            full = len(self._kept) >= LINES_MAX
+        if full:
             self._console.drain()
         else:
             self._console.later()
