@@ -90,6 +90,8 @@ def batch_statement(rows: str, ids: list[str]) -> tuple[str, dict[str, Any] | No
         tag = f"$treg_{secrets.token_hex(8)}$"
     id_list = ",".join(f"'{i}'" for i in ids)
     return f"{_TOUCH}ARRAY[{id_list}]::text[]) RETURNING 1) {_INSERT_HEAD}{tag}{rows}{tag}::jsonb) AS r", None
+
+
 BATCH_MAX = 500
 #: the longest wait between two tries while the database cannot be reached
 RETRY_MAX_S = 2.0
