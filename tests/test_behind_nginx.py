@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -76,6 +79,16 @@ class Behind:
         raise AssertionError(f"no access line for {path}: {self.access.fields}")
 
 
+#: a site's own protected files beside treg, served only on an internal redirect (``X-Accel-Redirect``
+#: from a backend: the usual way an app hands nginx a download it authorized)
+PROTECTED = """\
+    location /protected/ {{
+        internal;
+        alias {folder}/;
+    }}
+"""
+
+
 @pytest.fixture
 async def behind(make_app, tmp_path):
     if (why := nginx.available()) is not None:
@@ -93,13 +106,20 @@ async def behind(make_app, tmp_path):
     level = access_logger.level
     access_logger.setLevel(logging.INFO)
     access_logger.addHandler(access)
-    proxy = nginx.Nginx(tmp_path / "nginx", f"127.0.0.1:{treg_port}", prefix="/treg", port=port)
+    # readable by nginx's workers (an unprivileged user), which pytest's own temporary folders are not
+    files = Path(tempfile.mkdtemp(prefix="treg-nginx-protected-"))
+    files.chmod(0o755)
+    (files / "secret.txt").write_text("the site's protected file\n")
+    (files / "secret.txt").chmod(0o644)
+    proxy = nginx.Nginx(tmp_path / "nginx", f"127.0.0.1:{treg_port}", prefix="/treg", port=port,
+                        extra=PROTECTED.format(folder=files))
     try:
         await asyncio.to_thread(proxy.start)
         org = await membership.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
         yield Behind(app, treg_port, proxy, org, access)
     finally:
         await asyncio.to_thread(proxy.stop)
+        shutil.rmtree(files, ignore_errors=True)
         access_logger.removeHandler(access)
         access_logger.setLevel(level)
         await runner.cleanup()
@@ -200,6 +220,28 @@ async def test_a_relayed_redirect_keeps_the_prefix(behind, up):
     reply = await behind.via_proxy("GET", "/treg/call/up/first", [("X-Treg-Token", behind.org["token"])])
     assert reply.status == 302
     assert reply.header("Location") == "/treg/call/up/next?p=2"
+
+
+async def test_an_upstream_cannot_steer_the_proxy_in_front_of_treg(behind, up):
+    """An upstream's ``X-Accel-Redirect`` reached nginx as treg's own answer, and nginx served whatever
+    location it named: the site's internal files, or another treg call as the caller. Its other
+    ``X-Accel-*`` headers (rate, buffering, caching, charset) and the ``X-Sendfile`` family (Apache's
+    mod_xsendfile, lighttpd) steer the proxy the same way. None reaches it: the caller gets the upstream's
+    own answer."""
+    await behind.api("POST", "/api/v1/tools", {"name": "up", "base_url": up.url + "/v1", "bindings": []}, 201)
+    steering = [("X-Accel-Redirect", "/protected/secret.txt"), ("X-Accel-Limit-Rate", "1"),
+                ("x-accel-buffering", "yes"), ("X-Accel-Expires", "86400"), ("X-Accel-Charset", "utf-8"),
+                ("X-Sendfile", "/etc/passwd"), ("X-LIGHTTPD-send-file", "/etc/passwd"), ("X-Sendfile2", "/etc/passwd 0-"),
+                ("X-Other", "kept")]
+    up.responder = lambda ex: http_response(200, b"the upstream's own answer", headers=steering)
+    reply = await behind.via_proxy("GET", "/treg/call/up/download", [("X-Treg-Token", behind.org["token"])])
+    assert reply.status == 200
+    assert reply.body == b"the upstream's own answer"
+    assert b"protected file" not in reply.body
+    assert reply.header("X-Other") == "kept"
+    direct = await behind.direct("GET", "/call/up/download", [("X-Treg-Token", behind.org["token"])])
+    for name, _ in steering[:-1]:
+        assert direct.header(name) is None, name
 
 
 @needs_chromium

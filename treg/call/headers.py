@@ -41,8 +41,16 @@ _DROP_REQUEST_PREFIXES = ("x-treg-", "proxy-", "x-forwarded-")
 #: navigates a browser showing the answer anywhere (an open redirect on treg's origin, which the
 #: rewriting of ``Location`` closes; no API client follows it)
 ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-svc", "refresh"})
+#: what the reverse proxy in front of treg obeys in a backend's answer, and treg's answers are its
+#: backend's: nginx's ``X-Accel-Redirect`` served whatever location an upstream named (a site's internal
+#: files, another treg call as the caller), its other ``X-Accel-*`` set the rate (``Limit-Rate: 1``),
+#: buffering, caching and charset of the caller's answer; Apache's mod_xsendfile and lighttpd send the
+#: file an ``X-Sendfile`` names. Never an upstream's to set: dropped by these names and the prefix
+FRONT_PROXY = frozenset({"x-sendfile", "x-sendfile2", "x-lighttpd-send-file"})
+FRONT_PROXY_PREFIX = "x-accel-"
 #: dropped from an answer by name (Content-Length is relayed: the caller's framing is the upstream's)
-_DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY
+_DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY | FRONT_PROXY
+_DROP_RESPONSE_PREFIXES = ("x-treg-", FRONT_PROXY_PREFIX)
 
 
 def scrub_cookie(value: str, host: HostCookies = BUILTIN_HOST_COOKIES) -> str | None:
@@ -108,7 +116,7 @@ def _response_verdict(name: str) -> int:
     n = name.lower()
     if n == "connection":
         return _CONNECTION
-    if n in _DROP_RESPONSE or n.startswith("x-treg-"):
+    if n in _DROP_RESPONSE or n.startswith(_DROP_RESPONSE_PREFIXES):
         return _DROP
     return _SET_COOKIE if n == "set-cookie" else _KEEP
 

@@ -130,11 +130,14 @@ class Nginx:
     """nginx listening on ``127.0.0.1:<port>`` with TLS, proxying ``<prefix>/`` to ``upstream``
     (``host:port`` of treg). Use as a context manager (or :meth:`start` / :meth:`stop`)."""
 
-    def __init__(self, folder: Path, upstream: str, *, prefix: str = "/treg", port: int | None = None) -> None:
+    def __init__(self, folder: Path, upstream: str, *, prefix: str = "/treg", port: int | None = None,
+                 extra: str = "") -> None:
         self.dir = Path(folder)
         self.upstream = upstream
         self.prefix = prefix.rstrip("/")
         self.port = port or free_port()
+        #: more of the server block after treg's location (a site's own locations beside treg's)
+        self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -157,7 +160,7 @@ class Nginx:
 
     def config(self) -> str:
         location = LOCATION.format(prefix=self.prefix, upstream=self.upstream)
-        return _CONFIG.format(dir=self.dir, port=self.port, location=location)
+        return _CONFIG.format(dir=self.dir, port=self.port, location=location + self.extra)
 
     def log(self) -> str:
         path = self.dir / "error.log"
