@@ -65,17 +65,18 @@ def scrub_cookie(value: str, host: HostCookies = BUILTIN_HOST_COOKIES) -> str | 
     return ";".join(kept).strip()
 
 
-#: what :func:`request_headers` and :func:`response_headers` do with a header, by its name
-_KEEP, _DROP, _CONNECTION, _SET_COOKIE, _COOKIE = range(5)
+#: what :func:`request_headers` and :func:`response_headers` do with a header, by its name (``_COOKIE``:
+#: the direction's cookie header, ``Cookie`` going up, ``Set-Cookie`` coming back)
+_KEEP, _DROP, _CONNECTION, _COOKIE = range(4)
 
 
-def _request_verdict(name: str) -> int:
+def _verdict(name: str, drop: frozenset[str], prefixes: tuple[str, ...], cookie: str) -> int:
     n = name.lower()
     if n == "connection":
         return _CONNECTION
-    if n in _DROP_REQUEST or n.startswith(_DROP_REQUEST_PREFIXES):
+    if n in drop or n.startswith(prefixes):
         return _DROP
-    return _COOKIE if n == "cookie" else _KEEP
+    return _COOKIE if n == cookie else _KEEP
 
 
 #: request verdicts by the name as the caller spelled it: :data:`_RESPONSE_VERDICTS`' trick, for the
@@ -93,7 +94,7 @@ def request_headers(raw: Sequence[tuple[str, str]],
     for k, v in raw:
         verdict = known(k)
         if verdict is None:
-            verdict = _REQUEST_VERDICTS.put(k, _request_verdict(k))
+            verdict = _REQUEST_VERDICTS.put(k, _verdict(k, _DROP_REQUEST, _DROP_REQUEST_PREFIXES, "cookie"))
         if verdict == _KEEP:
             out.append((k, v))
         elif verdict == _COOKIE:
@@ -112,15 +113,6 @@ def _sets_treg_cookie(value: str) -> bool:
     return name in TREG_COOKIES
 
 
-def _response_verdict(name: str) -> int:
-    n = name.lower()
-    if n == "connection":
-        return _CONNECTION
-    if n in _DROP_RESPONSE or n.startswith(_DROP_RESPONSE_PREFIXES):
-        return _DROP
-    return _SET_COOKIE if n == "set-cookie" else _KEEP
-
-
 #: verdicts by the name as the upstream spelled it: an answer's names repeat from call to call, and
 #: lower-casing and testing each on every answer cost more than this lookup (a speed trick:
 #: docs/performance.md, round 6); bounded, as any upstream may send any names
@@ -129,20 +121,21 @@ _RESPONSE_VERDICTS: BoundedMemo[str, int] = BoundedMemo(1024)
 
 def response_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's headers the caller gets: every one (both Set-Cookie lines, Content-Length kept)
-    minus hop-by-hop framing, X-Treg-*, treg's cookie names, policy for treg's origin (:data:`ORIGIN_POLICY`);
-    plus nosniff and CSP sandbox."""
+    minus hop-by-hop framing, X-Treg-*, treg's cookie names, policy for treg's origin (:data:`ORIGIN_POLICY`)
+    and instructions to the proxy in front of it (:data:`FRONT_PROXY`, ``X-Accel-*``); plus nosniff and CSP
+    sandbox."""
     out = []
     listed: set[str] | None = None
     known = _RESPONSE_VERDICTS.get
     for k, v in raw:
         verdict = known(k)
         if verdict is None:
-            verdict = _RESPONSE_VERDICTS.put(k, _response_verdict(k))
+            verdict = _RESPONSE_VERDICTS.put(k, _verdict(k, _DROP_RESPONSE, _DROP_RESPONSE_PREFIXES, "set-cookie"))
         if verdict == _KEEP:
             out.append((k, v))
         elif verdict == _CONNECTION:
             listed = connection_tokens(raw)
-        elif verdict == _SET_COOKIE and not _sets_treg_cookie(v):
+        elif verdict == _COOKIE and not _sets_treg_cookie(v):
             out.append((k, v))
     if listed:  # names the upstream's Connection header marked hop-by-hop; never its Content-Length
         out = [(k, v) for k, v in out if k.lower() == "content-length" or k.lower() not in listed]
