@@ -89,10 +89,22 @@ PROTECTED = """\
 """
 
 
+#: beside treg, with a shared cache (``behind`` with ``{"shared_cache": True}``): the upstream proxied
+#: straight, no treg between, through the same cache (the control: it does keep a ``public`` answer)
+STRAIGHT = """\
+    location /straight/ {{
+        proxy_pass http://{upstream}/;
+        proxy_cache shared;
+        add_header X-Cache $upstream_cache_status always;
+    }}
+"""
+
+
 @pytest.fixture
-async def behind(make_app, tmp_path):
+async def behind(make_app, tmp_path, request, up):
     if (why := nginx.available()) is not None:
         pytest.skip(why)
+    shared_cache = getattr(request, "param", {}).get("shared_cache", False)
     port = nginx.free_port()
     public = f"https://127.0.0.1:{port}/treg"
     app = make_app(ssrf_allow=("127.0.0.0/8",), public_url=public, trusted_proxies=("127.0.0.1",))
@@ -111,8 +123,11 @@ async def behind(make_app, tmp_path):
     files.chmod(0o755)
     (files / "secret.txt").write_text("the site's protected file\n")
     (files / "secret.txt").chmod(0o644)
+    extra = PROTECTED.format(folder=files)
+    if shared_cache:
+        extra += STRAIGHT.format(upstream=urlsplit(up.url).netloc)
     proxy = nginx.Nginx(tmp_path / "nginx", f"127.0.0.1:{treg_port}", prefix="/treg", port=port,
-                        extra=PROTECTED.format(folder=files))
+                        extra=extra, shared_cache=shared_cache)
     try:
         await asyncio.to_thread(proxy.start)
         org = await membership.create_org(app[SERVICES], slug="acme", email="owner@acme.test")
@@ -242,6 +257,39 @@ async def test_an_upstream_cannot_steer_the_proxy_in_front_of_treg(behind, up):
     direct = await behind.direct("GET", "/call/up/download", [("X-Treg-Token", behind.org["token"])])
     for name, _ in steering[:-1]:
         assert direct.header(name) is None, name
+
+
+@pytest.mark.parametrize("behind", [{"shared_cache": True}], indirect=True)
+async def test_a_shared_cache_in_front_keeps_no_answer_for_another_caller(behind, up):
+    """A cache in front of treg keys on the URL and does not know X-Treg-Token is a credential. An
+    upstream's ``Cache-Control: public, max-age=600`` made nginx's proxy_cache keep one org's answer and
+    hand it to the next caller of the URL, with no token at all; with ``proxy_cache_valid`` it kept treg's
+    own JSON (an org's tools) the same way. Relayed answers now say ``private`` and treg's own ``no-store``,
+    which nginx honours: every caller reaches treg, and treg answers each as itself."""
+    n = iter(range(1, 100))
+    up.responder = lambda ex: http_response(200, f"acme's answer #{next(n)}".encode(), headers=[
+        ("Cache-Control", "public, max-age=600"), ("CDN-Cache-Control", "max-age=600")])
+    # the control: the same answer straight from the upstream through the same cache is kept and served
+    first = await behind.via_proxy("GET", "/straight/v1/report")
+    again = await behind.via_proxy("GET", "/straight/v1/report")
+    assert (first.header("X-Cache"), again.header("X-Cache")) == ("MISS", "HIT"), behind.proxy.log()
+    assert again.body == first.body == b"acme's answer #1"
+
+    await behind.api("POST", "/api/v1/tools", {"name": "up", "base_url": up.url + "/v1", "bindings": []}, 201)
+    token = [("X-Treg-Token", behind.org["token"])]
+    mine = await behind.via_proxy("GET", "/treg/call/up/report", token)
+    assert mine.status == 200 and mine.body == b"acme's answer #2"
+    assert mine.header("Cache-Control") == "private, max-age=600" and mine.header("CDN-Cache-Control") is None
+    stranger = await behind.via_proxy("GET", "/treg/call/up/report")
+    assert stranger.status == 401 and b"acme" not in stranger.body
+    assert stranger.header("X-Cache") != "HIT"
+    again = await behind.via_proxy("GET", "/treg/call/up/report", token)
+    assert again.body == b"acme's answer #3" and again.header("X-Cache") != "HIT"
+
+    tools = await behind.via_proxy("GET", "/treg/api/v1/tools", token)
+    assert tools.status == 200 and b'"up"' in tools.body and tools.header("Cache-Control") == "no-store"
+    stranger = await behind.via_proxy("GET", "/treg/api/v1/tools")
+    assert stranger.status == 401 and b'"up"' not in stranger.body and stranger.header("X-Cache") != "HIT"
 
 
 @needs_chromium

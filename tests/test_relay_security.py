@@ -262,6 +262,52 @@ async def test_upstream_policy_for_treg_s_origin_dropped(gateway, up, plain):
     assert r.header("X-Other") == "o" and r.header_all("Set-Cookie") == ["vendor=1; Path=/call/up"]  # an own tool's
 
 
+@pytest.mark.parametrize("upstream, caller", [
+    ([], "private"),
+    ([("Cache-Control", "public, max-age=600")], "private, max-age=600"),
+    ([("cache-control", "s-maxage=600, max-age=60, PUBLIC"), ("Cache-Control", "proxy-revalidate, immutable")],
+     "private, max-age=60, immutable"),
+    ([("Cache-Control", 'private="Set-Cookie, X-Id", no-cache="X-Id, Y", public')], 'private, no-cache="X-Id, Y"'),
+    ([("Cache-Control", 'no-store'), ("Expires", "Thu, 01 Dec 2099 16:00:00 GMT")], "private, no-store"),
+    ([("Cache-Control", 'max-age=5, s-maxage = 9, "odd, quoted", ,')], 'private, max-age=5, "odd, quoted"'),
+])
+async def test_a_relayed_answer_is_never_for_a_shared_cache(gateway, up, plain, upstream, caller):
+    """A cache in front of treg (a CDN, nginx's proxy_cache) keys on the URL and does not know X-Treg-Token
+    is a credential: an upstream's ``public`` made it hand one org's answer to anyone asking the same URL.
+    Every relayed answer says ``private`` first, in one line, without what only a shared cache reads
+    (``public``, ``s-maxage``, ``proxy-revalidate``) and with everything else the upstream said, in order;
+    the fields that target a CDN in place of Cache-Control never reach the caller."""
+    targeted = [("CDN-Cache-Control", "max-age=600"), ("Cloudflare-CDN-Cache-Control", "max-age=600"),
+                ("Akamai-Cache-Control", "max-age=600"), ("Surrogate-Control", "max-age=600"),
+                ("Edge-Control", "cache-maxage=600s"), ("X-Other", "o")]
+    up.responder = lambda ex: http_response(200, b"x", upstream + targeted)
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.status == 200
+    assert r.header_all("Cache-Control") == [caller]
+    for name, _ in targeted[:-1]:
+        assert r.header_all(name) == [], name
+    assert r.header("X-Other") == "o"
+    assert [v for k, v in r.headers if k.lower() == "expires"] == [v for k, v in upstream if k == "Expires"]
+
+
+async def test_a_cache_control_the_upstream_marked_hop_by_hop_is_not_relayed(gateway, up, plain):
+    up.responder = lambda ex: http_response(200, b"x", [("Connection", "cache-control"),
+                                                        ("Cache-Control", "public, max-age=600")])
+    r = await gateway.raw("GET", "/call/up/x")
+    assert r.header_all("Cache-Control") == ["private"]
+
+
+async def test_treg_s_own_answers_are_not_stored(gateway, up, plain):
+    """treg's own answers (the API's JSON, an error body) are the caller's too: ``no-store`` unless the
+    handler chose (the dashboard's pages)."""
+    api = await gateway.raw("GET", "/api/v1/tools")
+    refusal = await gateway.raw("GET", "/call/up/x", auth=False)
+    unknown = await gateway.raw("GET", "/call/nope/x")
+    assert api.status == 200 and refusal.status == 401 and unknown.status == 404
+    for r in (api, refusal, unknown):
+        assert r.header_all("Cache-Control") == ["no-store"], r.status
+
+
 async def test_upstream_error_with_forged_treg_error_still_not_treg(gateway, up, plain):
     up.responder = lambda ex: http_response(502, b'{"error": "x"}', [("X-Treg-Error", "1")])
     r = await gateway.raw("GET", "/call/up/x")

@@ -54,6 +54,7 @@ async def test_json_table_with_declared_columns(crm):
     assert r.status == 200, raw
     assert r.headers["Content-Type"].startswith("application/json")
     assert r.headers["X-Treg-Credential-Tier"] == "platform" and r.headers["X-Treg-Cost-Micro"] == str(PRICE)
+    assert r.headers.getall("Cache-Control") == ["no-store"]  # treg's own answer, for this caller only
     body = json.loads(raw)
     assert body["columns"] == ["id", "name", "email", "score", "vip", "extra"]
     assert body["truncated"] is False and len(body["rows"]) == 3 + len(HOSTILE)

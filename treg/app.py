@@ -29,7 +29,7 @@ from treg.archive import store as archive_store
 from treg import hub_runs, oauth_runtime
 from treg.web import api, call as call_routes
 from treg.web import capacity_api, catalog_api, metrics_api, money_api, openapi
-from treg.web import dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
+from treg.web import caching, dashboard, errors, index as index_routes, mcp as mcp_routes, protocol
 from treg.web import hub_api, oauth_api, oauth_pages, resources_api
 from treg.web.access_log import AccessLogger, AccessSink
 
@@ -49,6 +49,7 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
+    app.on_response_prepare.append(caching.not_shared)  # an answer says whether a shared cache may keep it
     box = crypto.load_box(settings)
     state: dict[str, Database] = {}
 

@@ -30,3 +30,13 @@ FRAMING = frozenset({"host", "content-length"})
 
 #: what a relay re-derives per hop instead of copying from one side to the other
 PER_HOP = HOP_BY_HOP | FRAMING
+
+#: one element of a comma-separated field value (RFC 9110 §5.6.1): a run of anything but commas and
+#: quotes, or a quoted-string (with its backslash escapes), repeated; a comma inside quotes
+#: (``no-cache="Set-Cookie, X-Id"``) belongs to its element. An unclosed quote runs to the end
+_ELEMENT = re.compile(r'(?:[^,"]|"(?:[^"\\]|\\.)*(?:"|\Z))+', re.S)
+
+
+def list_elements(value: str) -> list[str]:
+    """The non-empty elements of a comma-separated field value, each stripped, quotes kept as sent."""
+    return [e for e in (m.group().strip() for m in _ELEMENT.finditer(value)) if e]

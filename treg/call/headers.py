@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from treg.cookie_names import BUILTIN_HOST_COOKIES, TREG_COOKIES, HostCookies
-from treg.http_grammar import PER_HOP as HOP_BY_HOP
+from treg.http_grammar import PER_HOP as HOP_BY_HOP, list_elements
 from treg.memo import BoundedMemo
 
 #: treg's control/infra headers and edge forwarding headers: never reach an upstream
@@ -48,8 +48,19 @@ ORIGIN_POLICY = frozenset({"strict-transport-security", "clear-site-data", "alt-
 #: file an ``X-Sendfile`` names. Never an upstream's to set: dropped by these names and the prefix
 FRONT_PROXY = frozenset({"x-sendfile", "x-sendfile2", "x-lighttpd-send-file"})
 FRONT_PROXY_PREFIX = "x-accel-"
+#: a relayed answer is one caller's: fetched with its org's credential, for its token. A cache shared
+#: between callers (a CDN, nginx's ``proxy_cache`` in front of treg) keys on the URL alone and does not
+#: know ``X-Treg-Token`` is a credential, so an upstream's ``Cache-Control: public, max-age=600`` made it
+#: serve one org's answer to anyone asking for the same URL, without a token. Every relayed answer says
+#: ``private`` (the caller's own client may still cache it: :func:`private_cache_control`), and these
+#: fields, which target a shared cache and which such a cache obeys in place of ``Cache-Control``
+#: (RFC 9213's CDN-Cache-Control and its vendors' spellings, the Edge Architecture's Surrogate-Control),
+#: are dropped
+SHARED_CACHE = frozenset({"cdn-cache-control", "cloudflare-cdn-cache-control", "akamai-cache-control",
+                          "surrogate-control", "edge-control"})
 #: dropped from an answer by name (Content-Length is relayed: the caller's framing is the upstream's)
-_DROP_RESPONSE = (HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY | FRONT_PROXY
+_DROP_RESPONSE = ((HOP_BY_HOP - {"content-length"}) | {"x-content-type-options"} | ORIGIN_POLICY | FRONT_PROXY
+                  | SHARED_CACHE)
 _DROP_RESPONSE_PREFIXES = ("x-treg-", FRONT_PROXY_PREFIX)
 
 
@@ -66,16 +77,19 @@ def scrub_cookie(value: str, host: HostCookies = BUILTIN_HOST_COOKIES) -> str | 
 
 
 #: what :func:`request_headers` and :func:`response_headers` do with a header, by its name (``_COOKIE``:
-#: the direction's cookie header, ``Cookie`` going up, ``Set-Cookie`` coming back)
-_KEEP, _DROP, _CONNECTION, _COOKIE = range(4)
+#: the direction's cookie header, ``Cookie`` going up, ``Set-Cookie`` coming back; ``_CACHE``: an
+#: answer's Cache-Control, rewritten by :func:`private_cache_control`)
+_KEEP, _DROP, _CONNECTION, _COOKIE, _CACHE = range(5)
 
 
-def _verdict(name: str, drop: frozenset[str], prefixes: tuple[str, ...], cookie: str) -> int:
+def _verdict(name: str, drop: frozenset[str], prefixes: tuple[str, ...], cookie: str, cache: str = "") -> int:
     n = name.lower()
     if n == "connection":
         return _CONNECTION
     if n in drop or n.startswith(prefixes):
         return _DROP
+    if n == cache:
+        return _CACHE
     return _COOKIE if n == cookie else _KEEP
 
 
@@ -108,6 +122,27 @@ def request_headers(raw: Sequence[tuple[str, str]],
     return out
 
 
+#: the directives of a cache shared between callers (``private`` too: the answer's own comes first,
+#: unqualified, and covers an upstream's ``private="Set-Cookie"``)
+_SHARED_DIRECTIVES = frozenset({"public", "private", "s-maxage", "proxy-revalidate"})
+#: rewritten values by the upstream's (an upstream sends the same few on every answer)
+_PRIVATE: BoundedMemo[str, str] = BoundedMemo(256)
+
+
+def private_cache_control(value: str | None) -> str:
+    """The Cache-Control a caller gets for an upstream's (``None``: it sent none): ``private`` first,
+    then the upstream's directives in order, minus those only a shared cache reads (``public``,
+    ``s-maxage``, ``proxy-revalidate``) and its own ``private``. ``max-age``, ``no-store``, ``no-cache``
+    and the rest still tell the caller's client what the upstream meant."""
+    if value is None:
+        return "private"
+    found = _PRIVATE.get(value)
+    if found is None:
+        kept = [e for e in list_elements(value) if e.split("=", 1)[0].strip().lower() not in _SHARED_DIRECTIVES]
+        found = _PRIVATE.put(value, ", ".join(["private", *kept]))
+    return found
+
+
 def _sets_treg_cookie(value: str) -> bool:
     name = value.split("=", 1)[0].strip()
     return name in TREG_COOKIES
@@ -117,28 +152,39 @@ def _sets_treg_cookie(value: str) -> bool:
 #: lower-casing and testing each on every answer cost more than this lookup (a speed trick:
 #: docs/performance.md, round 6); bounded, as any upstream may send any names
 _RESPONSE_VERDICTS: BoundedMemo[str, int] = BoundedMemo(1024)
+#: the same for an answer whose length treg sets itself (:func:`response_headers` with ``length=False``)
+_LENGTHLESS_VERDICTS: BoundedMemo[str, int] = BoundedMemo(1024)
+_DROP_RESPONSE_LENGTH = _DROP_RESPONSE | {"content-length"}
 
 
-def response_headers(raw: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+def response_headers(raw: Sequence[tuple[str, str]], *, length: bool = True) -> list[tuple[str, str]]:
     """The upstream's headers the caller gets: every one (both Set-Cookie lines, Content-Length kept)
-    minus hop-by-hop framing, X-Treg-*, treg's cookie names, policy for treg's origin (:data:`ORIGIN_POLICY`)
-    and instructions to the proxy in front of it (:data:`FRONT_PROXY`, ``X-Accel-*``); plus nosniff and CSP
-    sandbox."""
+    minus hop-by-hop framing, X-Treg-*, treg's cookie names, policy for treg's origin (:data:`ORIGIN_POLICY`),
+    instructions to the proxy in front of it (:data:`FRONT_PROXY`, ``X-Accel-*``) and to shared caches
+    (:data:`SHARED_CACHE`); its Cache-Control made ``private`` (one line, last); plus nosniff and CSP
+    sandbox. ``length=False``: without Content-Length (an answer read whole, whose length treg sets)."""
     out = []
     listed: set[str] | None = None
-    known = _RESPONSE_VERDICTS.get
+    cache: str | None = None
+    memo, drop = (_RESPONSE_VERDICTS, _DROP_RESPONSE) if length else (_LENGTHLESS_VERDICTS, _DROP_RESPONSE_LENGTH)
+    known = memo.get
     for k, v in raw:
         verdict = known(k)
         if verdict is None:
-            verdict = _RESPONSE_VERDICTS.put(k, _verdict(k, _DROP_RESPONSE, _DROP_RESPONSE_PREFIXES, "set-cookie"))
+            verdict = memo.put(k, _verdict(k, drop, _DROP_RESPONSE_PREFIXES, "set-cookie", "cache-control"))
         if verdict == _KEEP:
             out.append((k, v))
+        elif verdict == _CACHE:
+            cache = v if cache is None else f"{cache}, {v}"  # several lines are one list (RFC 9110 §5.3)
         elif verdict == _CONNECTION:
             listed = connection_tokens(raw)
         elif verdict == _COOKIE and not _sets_treg_cookie(v):
             out.append((k, v))
     if listed:  # names the upstream's Connection header marked hop-by-hop; never its Content-Length
         out = [(k, v) for k, v in out if k.lower() == "content-length" or k.lower() not in listed]
+        if "cache-control" in listed:
+            cache = None
+    out.append(("Cache-Control", private_cache_control(cache)))
     out.append(NOSNIFF)
     out.append(SANDBOX)  # beside any upstream policy: browsers enforce both
     return out

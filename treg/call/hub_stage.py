@@ -115,7 +115,7 @@ async def answer(svc: Services, state: CallState, resp: UpstreamResponse) -> Cal
     hub = target.hub
     ok = 200 <= resp.status < 300
     data = await metered.buffer_answer(resp)
-    relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+    relayed = hdr.response_headers(resp.headers, length=False)
     reason = resp.reason
     if target.hub_for(ident.org_id) is not None:  # another org's caller: nothing of the publisher's leaves
         relayed = [(k, v) for k, v in relayed if k.lower() not in _DROPPED]

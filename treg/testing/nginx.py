@@ -17,6 +17,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -75,6 +76,7 @@ http {{
     fastcgi_temp_path {dir}/fastcgi;
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
+{http_extra}
     server {{
         listen 127.0.0.1:{port} ssl http2;
         server_name localhost;
@@ -87,6 +89,17 @@ http {{
     }}
 }}
 """
+
+
+#: a cache shared between callers in front of treg, as an operator may add one (or a CDN does): it
+#: stores what nginx's rules allow (``proxy_cache_valid``: any 200 not marked otherwise, for ten minutes),
+#: keyed on the URL alone, and says in ``X-Cache`` whether it answered (``HIT``)
+SHARED_CACHE_ZONE = "    proxy_cache_path {cache}/cache keys_zone=shared:1m use_temp_path=off;"
+SHARED_CACHE = """\
+        proxy_buffering on;
+        proxy_cache shared;
+        proxy_cache_valid 200 10m;
+        add_header X-Cache $upstream_cache_status always;"""
 
 
 def available() -> str | None:
@@ -131,13 +144,19 @@ class Nginx:
     (``host:port`` of treg). Use as a context manager (or :meth:`start` / :meth:`stop`)."""
 
     def __init__(self, folder: Path, upstream: str, *, prefix: str = "/treg", port: int | None = None,
-                 extra: str = "") -> None:
+                 extra: str = "", shared_cache: bool = False) -> None:
         self.dir = Path(folder)
         self.upstream = upstream
         self.prefix = prefix.rstrip("/")
         self.port = port or free_port()
         #: more of the server block after treg's location (a site's own locations beside treg's)
         self.extra = extra
+        #: treg's location with :data:`SHARED_CACHE` in place of the documented ``proxy_buffering off``
+        #: (nginx caches only what it buffers)
+        self.shared_cache = shared_cache
+        #: where the cache lives: nginx's workers (an unprivileged user) write there, and cannot reach
+        #: into pytest's own temporary folders; made by :meth:`start`, removed by :meth:`stop`
+        self.cache_dir: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -160,7 +179,13 @@ class Nginx:
 
     def config(self) -> str:
         location = LOCATION.format(prefix=self.prefix, upstream=self.upstream)
-        return _CONFIG.format(dir=self.dir, port=self.port, location=location + self.extra)
+        http_extra = ""
+        if self.shared_cache:
+            location = location.replace("        proxy_buffering off;", SHARED_CACHE)
+            assert "proxy_cache shared;" in location, "the documented location no longer turns buffering off"
+            assert self.cache_dir is not None, "start() makes the cache's folder"
+            http_extra = SHARED_CACHE_ZONE.format(cache=self.cache_dir)
+        return _CONFIG.format(dir=self.dir, port=self.port, location=location + self.extra, http_extra=http_extra)
 
     def log(self) -> str:
         path = self.dir / "error.log"
@@ -169,6 +194,10 @@ class Nginx:
     def start(self, wait_s: float = 30.0) -> "Nginx":
         self.dir.mkdir(parents=True, exist_ok=True)
         self_signed(self.cert, self.dir / "key.pem")
+        if self.shared_cache and self.cache_dir is None:
+            # nginx's master (root) makes ``cache`` inside and hands it to the workers' user
+            self.cache_dir = Path(tempfile.mkdtemp(prefix="treg-nginx-cache-"))
+            self.cache_dir.chmod(0o755)
         (self.dir / "nginx.conf").write_text(self.config())
         binary = NGINX if Path(NGINX).exists() else (shutil.which("nginx") or NGINX)
         # -e: the error log before the config is read (else nginx first opens the compiled-in path);
@@ -204,6 +233,9 @@ class Nginx:
                 proc.wait(timeout=10)
         if proc.stderr is not None:
             proc.stderr.close()
+        if self.cache_dir is not None:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+            self.cache_dir = None
 
     def __enter__(self) -> "Nginx":
         return self.start()
