@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from treg import membership, money, reaper
 from treg.cache import CHANNEL
 from treg.keys import SERVICES
+from treg.hold import SETTLED, Close
 from treg.settings import SecretStr
 from treg.testing import (Api, Gateway, ProviderPlugin, Served, assert_clean_exits, check_books, credited_org,
                           example_provider, example_provider_env, hold_close_fault, http_response, open_services,
@@ -436,3 +437,37 @@ async def test_credit_parked_in_another_process_lease_comes_back_instead_of_a_40
         assert [h["state"] for h in books["holds"] if h["lease"]] == ["released"]
     finally:
         await svc.db.close()
+
+
+@pytest.mark.parametrize("leasable", [False, True], ids=["own-holds", "leased"])
+@pytest.mark.parametrize("code", ["22003", "23514"], ids=["data-exception", "constraint"])
+async def test_a_close_the_database_refuses_costs_only_itself(leasing, dsn, leasable, code):
+    """One close in a batch that the database refuses for what it carries (a data exception, a
+    constraint: retrying cannot help) once failed the whole statement, so the reaper released every hold
+    of the batch, calls whose callers were told they were charged. The settler writes the batch by halves
+    until the refused close is alone: the others are settled once, only it is the reaper's."""
+    gw = leasing
+    svc = gw.services
+    org_id = gw.org["org_id"]
+    calls = [f"call_batch{i}" for i in range(6)]
+    placed = [await money.place_hold(svc, org_id=org_id, member_id=None, call_id=c, amount_micro=PRICE,
+                                     leasable=leasable) for c in calls]
+    assert [h is not None and (h.lease_id is not None) == leasable for h in placed] == [True] * 6
+    refused = calls[2]
+    await asyncio.to_thread(hold_close_fault, dsn, code, refused)
+    try:
+        for h in placed:  # queued together: one batch
+            assert h is not None and await svc.settler.close(h, Close(h.call_id, SETTLED, PRICE))
+        await asyncio.wait_for(svc.settler.drain(), 10)
+        states = {c: await money.hold_state(svc, c) for c in calls}
+    finally:
+        await asyncio.to_thread(hold_close_fault, dsn, None)
+    assert {c: s for c, s in states.items() if c != refused} == {c: "settled" for c in calls if c != refused}
+    assert states[refused] == (None if leasable else "held")  # a leased call's row is written by its close
+    # leased: its lease is never returned by the process (the reaper's, as a crashed process's)
+    assert svc.settler.left_to_reaper == (2 if leasable else 1)
+    books = await check_books(svc, org_id)
+    assert books["settled"] == 5 * PRICE and books["open"] == 1
+    assert await reaper.reap_orphans(svc, older_than_s=0) == 1
+    books = await check_books(svc, org_id)
+    assert books["settled"] == 5 * PRICE and books["open"] == 0 and books["balance"] == (500 - 5) * PRICE

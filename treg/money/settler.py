@@ -17,6 +17,8 @@ Why this stays exact:
   for about ``RETRY_FOR_S``; what still cannot be written stays open and the reaper releases it after
   ``TREG_HOLD_TTL_S`` in the caller's favour (logged), as it does the holds of a process killed between
   an answer and its close;
+* a close the database refuses for what it carries (a data exception, a constraint) is isolated: the
+  batch is written by halves until that close is alone, and only it is left to the reaper;
 * shutdown drains the queue (``close``) before the database closes.
 
 The settler also keeps the process's credit leases (treg/money/leases.py, ``take_leased``): a leased
@@ -37,7 +39,7 @@ import logging
 import time
 from typing import Any
 
-from treg.errors import TregError
+from treg.errors import DataRefused, IntegrityError, TregError
 from treg.infra.db import Database
 from treg.money import holds
 from treg.money.holds import RELEASED, Close, Hold
@@ -237,9 +239,9 @@ class Settler:
         A lease with a close that could not be written is never returned here: it stays held for the
         reaper, which releases it and marks the calls whose close was not written."""
         leased = [c for c in batch if c.lease_id is not None]
-        if leased and not await self._write_part(holds.close_leased_on, leased):
+        if leased and (unwritten := await self._write_part(holds.close_leased_on, leased)):
             # those leases are the reaper's now: released when they expire, with these calls marked
-            self._abandoned.update(c.lease_id for c in leased if c.lease_id is not None)
+            self._abandoned.update(c.lease_id for c in unwritten if c.lease_id is not None)
         own = [c for c in batch if c.lease_id is None] if leased or self._abandoned else batch
         if self._abandoned:
             kept = [c for c in own if c.call_id not in self._abandoned]
@@ -248,24 +250,39 @@ class Settler:
         if own:
             await self._write_part(holds.close_on, own)
 
-    async def _write_part(self, statement: Any, batch: list[Close]) -> bool:
+    async def _write_part(self, statement: Any, batch: list[Close]) -> list[Close]:
+        """``batch`` written by ``statement``; what is left unwritten (to the reaper) comes back. A failure
+        that may pass (the database restarting, a statement timeout) is retried for ``retry_for_s``. A
+        close the database refuses for what it carries (:class:`DataRefused`, a constraint) would be
+        refused again: the batch is written by halves until it is alone, so it cannot cost the closes
+        beside it their charge (they would have been released by the reaper, callers told they were
+        charged)."""
         deadline = time.monotonic() + self.retry_for_s
         attempt = 0
         while True:
             try:
                 closed = await statement(self._db, batch)
+            except (DataRefused, IntegrityError) as exc:
+                if len(batch) > 1:
+                    half = len(batch) // 2  # in order: a lease's return stays after its calls' closes
+                    return await self._write_part(statement, batch[:half]) + await self._write_part(statement,
+                                                                                                    batch[half:])
+                self.left_to_reaper += 1
+                log.error("settler: the database refused the close of hold %s (%s); the reaper releases it "
+                          "when its lease ends", batch[0].call_id, exc.code)
+                return batch
             except TregError as exc:
                 attempt += 1
                 if time.monotonic() >= deadline:
                     self.left_to_reaper += len(batch)
                     log.error("settler: %d hold close(s) could not be written (%s) after %d attempts; the "
                               "reaper releases them when their lease ends", len(batch), exc.code, attempt)
-                    return False
+                    return batch
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
                 continue
             self.statements += 1
             self.closed += len(closed)
-            return True
+            return []
 
     async def stop(self) -> None:
         """Write what is queued, then stop; later closes run inline."""

@@ -73,11 +73,11 @@ def run_sql(dsn: str, query: str, *args: Any) -> list[tuple[Any, ...]]:
 #: row exists, as a database that is down, or a statement timeout, fails it — an UPDATE of a hold's state
 #: (``treg_close_holds``) and the INSERT of a leased call's closed row (``treg_close_leased``) alike
 _CLOSE_FAULT = """
-CREATE TABLE IF NOT EXISTS test_close_fault (code text NOT NULL);
+CREATE TABLE IF NOT EXISTS test_close_fault (code text NOT NULL, hold_id text);
 CREATE OR REPLACE FUNCTION test_close_fault() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE c text;
 BEGIN
-    SELECT code INTO c FROM test_close_fault LIMIT 1;
+    SELECT code INTO c FROM test_close_fault WHERE hold_id IS NULL OR hold_id = NEW.id LIMIT 1;
     IF c IS NOT NULL AND NEW.state <> 'held' THEN
         RAISE EXCEPTION 'the close of %% fails (test fault)', NEW.id USING ERRCODE = c;
     END IF;
@@ -88,12 +88,14 @@ CREATE TRIGGER test_close_fault BEFORE INSERT OR UPDATE ON holds FOR EACH ROW EX
 """
 
 
-def hold_close_fault(dsn: str, code: str | None) -> None:
-    """Closes of holds fail with SQLSTATE ``code`` from now on (None: they work again)."""
+def hold_close_fault(dsn: str, code: str | None, *hold_ids: str) -> None:
+    """Closes of holds (of ``hold_ids`` only, when given) fail with SQLSTATE ``code`` from now on (None:
+    they work again)."""
     run_sql(dsn, _CLOSE_FAULT)
     run_sql(dsn, "DELETE FROM test_close_fault")
-    if code is not None:
-        run_sql(dsn, "INSERT INTO test_close_fault VALUES (%s)", code)
+    for hold_id in hold_ids or (None,):
+        if code is not None:
+            run_sql(dsn, "INSERT INTO test_close_fault VALUES (%s, %s)", code, hold_id)
 
 
 def _admin(base: str) -> Any:
