@@ -6,7 +6,8 @@ relay runs under a tracer (``sys.settrace`` with ``f_trace_opcodes``, started af
 stopped after ``--calls`` more) that counts the bytecodes every code object executes; the counts are
 divided by the calls and grouped by function and by package (treg's modules, aiohttp, asyncio, ...). The
 same upstream, load generator and call as ``bench.instructions`` (``GET /call/bench/small``, a header
-binding, auditing and the access log on), at concurrency 32.
+binding, auditing and the access log on), at concurrency 32; ``--platform``: the platform case's billed
+call instead (``GET /catalog/call/benchplat.small``, a hold and its close each call).
 
 What it cannot show: the work of C code (a dict lookup, a regex search, psycopg2) is not a bytecode,
 and one bytecode can cost ten instructions or a thousand. So it points at the Python functions that
@@ -33,8 +34,9 @@ from typing import Any
 
 from bench.instructions import wait_http
 from bench.load import Budget, Sample, raw_load
+from bench import platform_case
 from bench.one_call import one_call
-from bench.procs import BENCH_ROOT
+from bench.procs import BENCH_ROOT, run_cli
 from bench.through_treg import setup_treg_data
 
 #: run as ``python <this file's TRACER> <the program's argv>``: counts between two request numbers
@@ -142,23 +144,32 @@ async def count(cmd: list[str], env: dict[str, str], port: int, health: str, req
 
 async def measure(opts: argparse.Namespace) -> dict[str, Any]:
     async with one_call("treg-bench-bytecodes-") as call:
-        out: dict[str, Any] = {"warmup": opts.warmup, "concurrency": 32}
+        out: dict[str, Any] = {"warmup": opts.warmup, "concurrency": 32,
+                               "call": platform_case.PATH if opts.platform else "/call/bench/small"}
         out["baseline"] = await count(call.baseline_cmd, call.env, call.baseline_port, "/small", call.baseline_request,
                                       call.tmp / "baseline.json", warmup=opts.warmup, calls=opts.calls)
-        org = await call.treg_org("bench-bc")
+        env = call.treg_env()
+        if opts.platform:  # the platform case's provider and treg's key for it (bench/platform_case.py)
+            env["TREG_PLUGINS_DIR"] = str(platform_case.write_plugin(call.tmp / "plugins", call.upstream))
+            platform_case.environment(env)
+        org = await call.treg_org("bench-bc", env)
+        request = call.treg_request(org["token"])
+        if opts.platform:
+            await run_cli(env, "credits", "grant", "--org", "bench-bc", "--micro", str(platform_case.CREDIT_MICRO),
+                          "--note", "benchmark")
+            request = request.replace(b"/call/bench/small", platform_case.PATH.encode(), 1)
 
         async def data() -> None:
             await setup_treg_data(call.treg_port, org["token"], call.upstream)
 
-        out["treg"] = await count(["-m", "treg", "serve"], call.treg_env(), call.treg_port, "/healthz",
-                                  call.treg_request(org["token"]), call.tmp / "treg.json", warmup=opts.warmup,
-                                  calls=opts.calls, before=data)
+        out["treg"] = await count(["-m", "treg", "serve"], env, call.treg_port, "/healthz", request,
+                                  call.tmp / "treg.json", warmup=opts.warmup, calls=opts.calls, before=data)
         return out
 
 
 def report(out: dict[str, Any], top: int) -> str:
     b, t = out["baseline"], out["treg"]
-    lines = [f"bytecodes per call at concurrency 32: bare relay {b['total']:,.0f}, treg {t['total']:,.0f} "
+    lines = [f"bytecodes per call of {out['call']} at concurrency 32: bare relay {b['total']:,.0f}, treg {t['total']:,.0f} "
              f"(treg / bare relay {t['total'] / b['total']:.2f})", "", f"{'place':58s} {'bare':>8s} {'treg':>8s}"]
     places = sorted(set(b["by_place"]) | set(t["by_place"]), key=lambda p: -t["by_place"].get(p, 0))
     for place in places[:top]:
@@ -174,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=500, help="calls counted per relay (default 500)")
     p.add_argument("--warmup", type=int, default=400, help="calls before counting (default 400)")
     p.add_argument("--top", type=int, default=40, help="rows of each table (default 40)")
+    p.add_argument("--platform", action="store_true",
+                   help="count the platform case's billed call (bench/platform_case.py) instead of the own tool's")
     opts = p.parse_args(argv)
     out = asyncio.run(measure(opts))
     print(report(out, opts.top))

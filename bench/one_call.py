@@ -66,9 +66,10 @@ class OneCall:
                    TREG_HOST="127.0.0.1", TREG_PORT=str(self.treg_port), TREG_LOG_LEVEL="INFO")
         return env
 
-    async def treg_org(self, slug: str) -> dict[str, str]:
-        """``treg init``'s org (its owner's token under ``token``), before treg serves."""
-        return json.loads(await run_cli(self.treg_env(), "init", "--org", slug, "--email", f"{slug}@bench.test"))
+    async def treg_org(self, slug: str, env: dict[str, str] | None = None) -> dict[str, str]:
+        """``treg init``'s org (its owner's token under ``token``), before treg serves (``env``: treg's
+        environment, when not :meth:`treg_env`'s)."""
+        return json.loads(await run_cli(env or self.treg_env(), "init", "--org", slug, "--email", f"{slug}@bench.test"))
 
     def treg_request(self, token: str) -> bytes:
         return (f"GET /call/bench/small HTTP/1.1\r\nHost: 127.0.0.1:{self.treg_port}\r\n"

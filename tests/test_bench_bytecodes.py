@@ -11,13 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
-def test_a_tiny_count_of_both_relays():
+@pytest.mark.parametrize("platform", [False, True], ids=["own-tool", "platform"])
+def test_a_tiny_count_of_both_relays(platform):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
     env.pop("TREG_DATABASE_URL", None)
-    done = subprocess.run([sys.executable, "-m", "bench.bytecodes", "--calls", "40", "--warmup", "30", "--top", "8"],
+    done = subprocess.run([sys.executable, "-m", "bench.bytecodes", "--calls", "40", "--warmup", "30", "--top", "8",
+                           *(["--platform"] if platform else [])],
                           capture_output=True, text=True, timeout=600, cwd=CHECKOUT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -32,3 +36,7 @@ def test_a_tiny_count_of_both_relays():
     assert "bench/servers.py" in base["by_place"]  # the bare relay's own handler
     assert not any("tracer" in p for p in (*base["by_place"], *treg["by_place"]))  # the tracer counts not itself
     assert "treg / bare relay" in done.stdout
+    # the call counted: the platform case's billed call places holds and queues their closes
+    assert out["call"] == ("/catalog/call/benchplat.small" if platform else "/call/bench/small")
+    money = [p for p in treg["by_place"] if p.startswith("treg/money/")]
+    assert bool(money) == platform, money

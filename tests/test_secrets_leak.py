@@ -120,7 +120,8 @@ def test_stage_values_keep_secrets_out_of_their_repr():
                           key.encode())
     prepared = PreparedRequest(req, (key, f"Bearer {key}"), True)
     resp = UpstreamResponse(status=401, reason="no", headers=(("WWW-Authenticate", key),), body=None,  # type: ignore[arg-type]
-                            closer=CloseOnce(SimpleNamespace()), whole=key.encode())  # type: ignore[arg-type]
+                            closer=CloseOnce(SimpleNamespace()), index={"WWW-Authenticate": key},  # type: ignore[arg-type]
+                            whole=key.encode())
     outcome = CallOutcome(status=401, reason="no", headers=[("X-Echo", key)], body=None, close=lambda: None,  # type: ignore[arg-type]
                           finish=lambda sent, err: None, whole=key.encode())
     state = CallState(inp)

@@ -29,9 +29,10 @@ is checked whole (:func:`checked`).
 from __future__ import annotations
 
 import asyncio
+import operator
 import zlib
 from dataclasses import dataclass
-from typing import IO, Any, AsyncIterator, Iterable, Iterator
+from typing import IO, Any, AsyncIterator, Container, Iterable, Iterator
 
 from treg.call import encodings, metered
 from treg.errors import GatewayFailed
@@ -59,7 +60,7 @@ async def checked(redactor: Redactor, resp: UpstreamResponse, data: bytes,
     """``data`` and ``headers`` (the answer's, as relayed) with ``redactor``'s values masked. None: the
     answer cannot be checked (the caller refuses it with :func:`unreadable`'s words)."""
     headers, reason = checked_head(redactor, resp, headers)
-    applied = encodings.codings(resp.headers)
+    applied = encodings.answer_codings(resp)
     plain = data
     if applied and data:
         plain = (await asyncio.to_thread(encodings.decode, data, applied, metered.EVIDENCE_DECODED_MAX)
@@ -83,9 +84,16 @@ async def checked(redactor: Redactor, resp: UpstreamResponse, data: bytes,
 SESSION_HEADERS = frozenset({"set-cookie", "set-cookie2"})
 
 
-def without_sessions(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``headers`` without the vendor's session cookies (:data:`SESSION_HEADERS`)."""
+def without_sessions(headers: Iterable[tuple[str, str]], index: Container[str] | None = None) -> list[tuple[str, str]]:
+    """``headers`` without the vendor's session cookies (:data:`SESSION_HEADERS`). ``index``: the answer's
+    names (case-insensitive, every name ``headers`` holds): without a cookie header among them, nothing is
+    dropped and ``headers`` come back as a list without a look at each."""
+    if index is not None and "set-cookie" not in index and "set-cookie2" not in index:
+        return headers if isinstance(headers, list) else list(headers)
     return [(k, v) for k, v in headers if k.lower() not in SESSION_HEADERS]
+
+
+_value = operator.itemgetter(1)  # a header pair's value, in C
 
 
 def checked_head(redactor: Redactor, resp: UpstreamResponse,
@@ -93,6 +101,11 @@ def checked_head(redactor: Redactor, resp: UpstreamResponse,
     """The answer's headers with the values masked, and its reason phrase ("" when it held one: the edge
     writes the status's standard phrase)."""
     reason = resp.reason or ""
+    # one scan of every value at once for the usual answer, which holds no form of any value (a header
+    # value never holds a line break, so a form found across two of them only sends it the long way)
+    together = "\n".join([reason, *map(_value, headers)])
+    if redactor.text(together) == together:
+        return headers, reason
     if redactor.text(reason) != reason:
         reason = ""
     return [(k, redactor.text(v)) for k, v in headers], reason

@@ -16,6 +16,8 @@ import io
 import zlib
 from typing import Any, Callable
 
+from treg.infra.upstream import UpstreamResponse
+
 try:  # optional: br is decoded only when a Brotli library is installed
     import brotli as _brotli  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - depends on the environment
@@ -108,6 +110,12 @@ def codings(headers: Any) -> list[str]:
         if k.lower() == "content-encoding":
             out += [c.strip().lower() for c in v.split(",") if c.strip() and c.strip().lower() != "identity"]
     return out
+
+
+def answer_codings(resp: UpstreamResponse) -> list[str]:
+    """:func:`codings` of an upstream's answer, told from its index at once when it has no
+    ``Content-Encoding`` (most answers): the index holds every name its ``headers`` hold."""
+    return codings(resp.headers) if "content-encoding" in resp.index else []
 
 
 def decode(data: bytes, applied: list[str], limit: int) -> bytes | None:

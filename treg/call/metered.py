@@ -194,10 +194,13 @@ async def spool_evidence(spooled: Spooled, paths: Iterable[str], applied: Sequen
         return await asyncio.to_thread(parse)
 
 
-async def answer_evidence(data: bytes, headers: Sequence[tuple[str, str]]) -> Any:
-    """The JSON a buffered answer carries, for settlement; its content codings undone (bounded by
-    ``EVIDENCE_DECODED_MAX``: a larger or undecodable answer has no evidence). None when not JSON."""
-    applied = encodings.codings(headers)
+async def answer_evidence(data: bytes, headers: Sequence[tuple[str, str]] = (), *,
+                          applied: list[str] | None = None) -> Any:
+    """The JSON a buffered answer carries, for settlement; its content codings (``applied``, else read
+    from ``headers``) undone (bounded by ``EVIDENCE_DECODED_MAX``: a larger or undecodable answer has no
+    evidence). None when not JSON."""
+    if applied is None:
+        applied = encodings.codings(headers)
     if applied:
         if len(data) > DECODE_INLINE_MAX:  # a large inflate would stall every other call on the loop
             decoded = await asyncio.to_thread(encodings.decode, data, applied, EVIDENCE_DECODED_MAX)

@@ -78,7 +78,7 @@ async def settle(svc: Services, state: CallState) -> CallOutcome:
 async def _metered_outcome(svc: Services, state: CallState, resp: UpstreamResponse) -> CallOutcome:
     ok = 200 <= resp.status < 300
     # the upstream's headers the caller gets; the length is set below from what was actually read
-    relayed = [(k, v) for k, v in hdr.response_headers(resp.headers) if k.lower() != "content-length"]
+    relayed = hdr.response_headers(resp.headers, length=False)
     spooled: metered.Spooled | None = None
     reason = resp.reason
     try:
@@ -131,11 +131,11 @@ async def _read_answer(svc: Services, state: CallState, resp: UpstreamResponse,
             spooled, (*target.catalog.endpoint.price.evidence_paths,
                       *spool_evidence_paths(svc.pm, target.catalog.endpoint),
                       *archive.classifier_paths(svc, target.endpoint_id), *success_paths(target)),
-            encodings.codings(resp.headers))
+            encodings.answer_codings(resp))
         return b"", spooled, answer
     data = await metered.buffer_answer(resp)
     # the usage is read from the decoded copy; the caller gets ``data`` as the upstream sent it
-    return data, None, (await metered.answer_evidence(data, resp.headers) if ok else None)
+    return data, None, (await metered.answer_evidence(data, applied=encodings.answer_codings(resp)) if ok else None)
 
 
 async def _overflow(svc: Services, state: CallState, resp: UpstreamResponse, data: bytes) -> CallOutcome | None:
@@ -169,11 +169,11 @@ async def _checked(state: CallState, resp: UpstreamResponse, data: bytes, spoole
     its headers, reason phrase and body; a spooled body is scanned on disk (it holds the key: withheld).
     An answer that cannot be checked is refused, its hold released by the exit. The vendor's session
     cookies never go out (a session of treg's account is as much a credential as its key)."""
-    relayed = answer_mask.without_sessions(relayed)
+    relayed = answer_mask.without_sessions(relayed, resp.index)
     if spooled is not None:
         relayed, reason = answer_mask.checked_head(state.redactor, resp, relayed)
         if await asyncio.to_thread(answer_mask.clean_spool, state.redactor, spooled.file,
-                                   encodings.codings(resp.headers)):
+                                   encodings.answer_codings(resp)):
             return data, relayed, reason
         seen = None
     else:
@@ -188,7 +188,8 @@ async def _guarded(state: CallState, resp: UpstreamResponse) -> UpstreamResponse
     """A streamed platform-tier answer as its caller may read it: its headers and reason phrase masked, its
     body checked as it streams (treg/call/answer_mask.py ``guarded``), or checked whole when it came with
     its head; an answer in a coding treg cannot check as it streams is refused before any byte."""
-    relayed, reason = answer_mask.checked_head(state.redactor, resp, answer_mask.without_sessions(resp.headers))
+    relayed, reason = answer_mask.checked_head(state.redactor, resp,
+                                               answer_mask.without_sessions(resp.headers, resp.index))
     if resp.whole is not None:
         seen = await answer_mask.checked(state.redactor, resp, resp.whole, relayed)
         if seen is not None:  # its length as masked (a masked body goes out decoded)
@@ -196,7 +197,7 @@ async def _guarded(state: CallState, resp: UpstreamResponse) -> UpstreamResponse
                        ("Content-Length", str(len(seen.data))))
             return replace(resp, reason=seen.reason, headers=headers, body=_replay(seen.data), whole=seen.data,
                            index=CIMultiDictProxy(CIMultiDict(headers)))
-    applied = encodings.codings(resp.headers)
+    applied = encodings.answer_codings(resp)
     if resp.whole is not None or not answer_mask.streamable(applied):
         resp.close()
         raise GatewayFailed(answer_mask.unreadable("treg's own key"), code="platform_answer_unreadable",

@@ -189,8 +189,11 @@ class UpstreamResponse:
     headers: tuple[tuple[str, str], ...] = field(repr=False)  # an upstream may echo the key in one
     body: AsyncIterator[bytes]
     closer: CloseOnce = field(repr=False)
-    #: case-insensitive lookup of the same headers (aiohttp's; text of non-UTF-8 bytes is surrogate-escaped)
-    index: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: case-insensitive lookup of the same headers (aiohttp's; text of non-UTF-8 bytes is surrogate-escaped).
+    #: It holds every name ``headers`` holds (a ``replace`` that filters the headers may keep it): a name
+    #: absent here is absent there, which lets a stage skip a look at each header (a speed trick). No default:
+    #: an empty one would say "no Content-Encoding" of a coded answer
+    index: Mapping[str, str] = field(repr=False)
     #: the whole body when it had all arrived with the head (``body`` then replays it); None: it streams
     whole: bytes | None = field(default=None, repr=False)
     #: the raw bytes of the headers that are not UTF-8, by their text pair (:func:`header_pairs`)
