@@ -15,7 +15,9 @@ or re-verify it, then update this file. What treg relies on, and where:
 * ``treg/web/call.py`` ``RelayResponse(StreamResponse)``: overrides ``async _prepare_headers()`` (called
   by ``prepare``, after aiohttp's own defaults), edits ``self._headers`` (the same object as
   ``headers``) and sets ``_send_headers_immediately = False`` to send a small answer's headers with its
-  body; its subclass ``RawHeadResponse`` overrides ``async _write_headers()`` for an answer with
+  body; it overrides ``async _start(request)`` with aiohttp's steps minus ``request._prepare_hook`` (the
+  ``on_response_prepare`` signal), so ``_start`` must still be exactly those steps; its subclass
+  ``RawHeadResponse`` overrides ``async _write_headers()`` for an answer with
   non-UTF-8 headers (the writer's ``write_headers`` then ``_headers_buf`` replaced, ``send_headers``); catches
   ``aiohttp.http_exceptions.HttpProcessingError``.
 * ``treg/infra/read_deadlines.py`` ``DeadlineHandler(ResponseHandler)``: overrides ``_reschedule_timeout`` and
@@ -192,6 +194,21 @@ def test_stream_response_prepare_headers():
     check(isinstance(resp._headers, CIMultiDict) and resp.headers is resp._headers,
           "StreamResponse._headers (the object headers returns)", RELAY)
     assert "_prepare_headers" in RelayResponse.__dict__
+
+
+def test_stream_response_start():
+    """RelayResponse._start is aiohttp's StreamResponse._start without the on_response_prepare signal: the
+    same steps, in the same order, or the override would drop (or double) one."""
+    hook = getattr(web.StreamResponse, "_start", None)
+    check(hook is not None and inspect.iscoroutinefunction(hook)
+          and params(hook) == [("self", EMPTY), ("request", EMPTY)], "async StreamResponse._start(self, request)", RELAY)
+    body = [line.strip() for line in inspect.getsource(hook).splitlines()[1:] if line.strip()]
+    check(body == ["self._req = request", "writer = self._payload_writer = request._payload_writer",
+                   "await self._prepare_headers()", "await request._prepare_hook(self)",
+                   "await self._write_headers()", "return writer"], "StreamResponse._start's steps", RELAY)
+    ours = [line.strip() for line in inspect.getsource(RelayResponse._start).splitlines()[1:]
+            if line.strip() and not line.strip().startswith("#")]
+    assert ours == [line for line in body if "_prepare_hook" not in line]
 
 
 def test_stream_response_write_headers():

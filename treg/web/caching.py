@@ -14,7 +14,12 @@ from __future__ import annotations
 from aiohttp import hdrs, web
 
 
+#: what treg's own answers say
+NOT_STORED = "no-store"
+
+
 async def not_shared(request: web.Request, response: web.StreamResponse) -> None:
-    """``on_response_prepare``: runs as each answer's head is about to be written."""
+    """``on_response_prepare``: runs as each answer's head is about to be written (but a call surface's,
+    whose ``RelayResponse`` does the same itself without the signal: treg/web/call.py)."""
     if hdrs.CACHE_CONTROL not in response.headers:
-        response.headers[hdrs.CACHE_CONTROL] = "no-store"
+        response.headers[hdrs.CACHE_CONTROL] = NOT_STORED

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from aiohttp import ClientPayloadError, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -21,6 +21,7 @@ from treg.infra.schema import BIGINT_MAX, METHOD_MAX
 from treg.keys import ERROR_HEADERS, SERVICES
 from treg.origin import note_listen
 from treg.ui_sessions import COOKIE, SessionCookie
+from treg.web import caching
 from treg.web.errors import render_failure
 
 routes = web.RouteTableDef()
@@ -60,6 +61,18 @@ class RelayResponse(web.StreamResponse, Sink):
             h.popall(hdrs.CONTENT_TYPE, None)
         if not o.has_server:
             h.popall(hdrs.SERVER, None)
+        if hdrs.CACHE_CONTROL not in h:  # treg's own answer on a call surface (a relayed one says private)
+            h[hdrs.CACHE_CONTROL] = caching.NOT_STORED
+
+    async def _start(self, request: web.BaseRequest) -> Any:
+        # aiohttp's own steps without ``request._prepare_hook``: the app's only ``on_response_prepare``
+        # receiver is treg/web/caching.py's, whose work :meth:`_prepare_headers` just did, and sending the
+        # signal cost a call ~6 k instructions (a speed trick: docs/performance.md, round 14)
+        self._req = request
+        writer = self._payload_writer = request._payload_writer
+        await self._prepare_headers()
+        await self._write_headers()
+        return writer
 
     # the sink's steps are aiohttp's own calls where they can be (no frame in between on the hot path):
     # a body in hand leaves with the head in one write; ``write`` answers None, so a chunk never says "enough"
