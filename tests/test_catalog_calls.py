@@ -200,6 +200,28 @@ async def test_idempotent_retry_replays_without_second_charge(cat):
     assert r3.status == 422 and (await r3.json())["error"] == "idempotency_mismatch"
 
 
+async def test_a_replay_stored_before_private_caching_is_said_private(cat):
+    """An answer stored for replay before treg made relayed answers private still holds the vendor's
+    ``Cache-Control: public`` and its CDN field: its replay says it as a relayed answer is said now,
+    so no cache shared between callers keeps it (docs/clients.md)."""
+    gw, up = cat
+    await grant(gw, 10_000)
+    up.responder = lambda ex: http_response(200, b'{"item": 1}', [("Cache-Control", "public, max-age=600")])
+    h = {"Idempotency-Key": "order-43"}
+    r1 = await gw.call("GET", "/catalog/call/acme.items.get?item_id=1", headers=h)
+    assert r1.status == 200 and r1.headers.getall("Cache-Control") == ["private, max-age=600"]
+    stored = [["Content-Type", "application/json"], ["Cache-Control", "public, max-age=600"],
+              ["CDN-Cache-Control", "max-age=600"], ["Surrogate-Control", "max-age=600"], ["X-Vendor", "v"]]
+    async with gw.services.db.tx() as tx:  # as an entry stored by the treg before this one
+        await tx.execute("UPDATE idempotency_keys SET headers = %(h)s::jsonb WHERE org_id = %(o)s",
+                         {"h": json.dumps(stored), "o": gw.org["org_id"]})
+    r2 = await gw.call("GET", "/catalog/call/acme.items.get?item_id=1", headers=h)
+    assert r2.status == 200 and r2.headers["X-Treg-Idempotent-Replay"] == "true"
+    assert r2.headers.getall("Cache-Control") == ["private, max-age=600"]
+    assert "CDN-Cache-Control" not in r2.headers and "Surrogate-Control" not in r2.headers
+    assert r2.headers["X-Vendor"] == "v" and len(up.exchanges) == 1
+
+
 async def test_idempotency_in_progress_is_409(cat):
     gw, up = cat
     await grant(gw, 10_000)

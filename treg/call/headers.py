@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Container, Iterable, Sequence
 
 from treg.cookie_names import BUILTIN_HOST_COOKIES, TREG_COOKIES, HostCookies
 from treg.http_grammar import PER_HOP as HOP_BY_HOP, list_elements
@@ -141,6 +141,23 @@ def private_cache_control(value: str | None) -> str:
         kept = [e for e in list_elements(value) if e.split("=", 1)[0].strip().lower() not in _SHARED_DIRECTIVES]
         found = _PRIVATE.put(value, ", ".join(["private", *kept]))
     return found
+
+
+def replayed(stored: Iterable[Sequence[str]], drop: Container[str]) -> list[tuple[str, str]]:
+    """A stored answer's headers for its replay (an idempotent one): without ``drop`` (lower-case names, the
+    original call's own), and with what a shared cache reads said as :func:`response_headers` says it
+    now, whenever the answer was stored: one ``Cache-Control`` starting with ``private``, no
+    :data:`SHARED_CACHE` field (an entry stored before treg said so still holds the vendor's ``public``)."""
+    out: list[tuple[str, str]] = []
+    cache: str | None = None
+    for k, v in stored:
+        n = k.lower()
+        if n == "cache-control":
+            cache = v if cache is None else f"{cache}, {v}"
+        elif n not in drop and n not in SHARED_CACHE:
+            out.append((k, v))
+    out.append(("Cache-Control", private_cache_control(cache)))
+    return out
 
 
 def _sets_treg_cookie(value: str) -> bool:

@@ -5,15 +5,15 @@ settle stage, or by the one exit (``treg/call/record.py``) on any failure or can
 from __future__ import annotations
 
 from treg import idempotency, money
-from treg.call import demo, overflow_stage
+from treg.call import demo, headers as hdr, overflow_stage
 from treg.call.record import answered
 from treg.call.resources import call_pin
 from treg.call.state import CallOutcome, CallState
 from treg.context import Services
 
 #: a stored answer's headers that are the original call's, not the replay's
-_NOT_REPLAYED = ("x-treg-call-id", "x-treg-cost-micro", "x-treg-idempotent-replay", "content-length",
-                 "x-treg-credential-tier")
+_NOT_REPLAYED = frozenset({"x-treg-call-id", "x-treg-cost-micro", "x-treg-idempotent-replay", "content-length",
+                           "x-treg-credential-tier"})
 
 
 async def reserve(svc: Services, state: CallState) -> CallOutcome | None:
@@ -64,7 +64,7 @@ def replay_outcome(svc: Services, state: CallState) -> CallOutcome:
     c = state.claim
     assert c is not None and c.status is not None
     body = c.body or b""
-    headers = [(k, v) for k, v in c.headers if k.lower() not in _NOT_REPLAYED]
+    headers = hdr.replayed(c.headers, _NOT_REPLAYED)
     headers += [("Content-Length", str(len(body))), ("X-Treg-Idempotent-Replay", "true")]
     headers += state.catalog_headers(0)  # a replay is not charged again
     state.claim = None

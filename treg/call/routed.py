@@ -219,7 +219,7 @@ def _replay(svc: Services, state: CallState) -> CallOutcome:
     assert c is not None and c.status is not None
     state.claim = None
     body = c.body or b""
-    headers = [(k, v) for k, v in c.headers if k.lower() not in _NOT_REPLAYED]
+    headers = hdr.replayed(c.headers, _NOT_REPLAYED)
     headers += [("Content-Length", str(len(body))), ("X-Treg-Idempotent-Replay", "true"),
                 ("X-Treg-Cost-Micro", "0")]  # a replay is not charged again
     return CallOutcome.whole_answer(c.status, headers, body, answered(svc, state, c.status, replayed=True),
