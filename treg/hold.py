@@ -7,12 +7,13 @@ each other. Below the services, which name them in the settler's protocol.
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+
+from treg.frozen import frozen_value
 
 HELD, SETTLED, RELEASED = "held", "settled", "released"
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Hold:
     call_id: str
     org_id: str
@@ -30,7 +31,7 @@ class Hold:
         return max(0, min(int(observed_micro), self.amount_micro))
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Close:
     """One hold to close: ``settled`` at ``observed_micro`` (capped at the hold), or ``released``. A hold
     taken from a credit lease names it, and its amount (its row is written by the close)."""
@@ -42,7 +43,7 @@ class Close:
     amount_micro: int = 0
 
 
-@dataclass(frozen=True)
+@frozen_value
 class Closed:
     """A hold this close closed (a hold already closed by someone else is not reported)."""
 

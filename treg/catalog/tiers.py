@@ -12,10 +12,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from treg.bindings import Binding
 from treg.catalog.model import Endpoint, Provider, Tier
+from treg.frozen import frozen_value
 from treg.settings import Settings
 
 
@@ -28,19 +29,27 @@ class OwnTool:
     bindings: tuple[Binding, ...]
 
 
-@dataclass(frozen=True)
+#: no credential of a kind: one empty mapping shared by every ``OrgCredentials`` (it is read-only)
+_NONE: Mapping[str, Any] = MappingProxyType({})
+
+
+def _none() -> Mapping[str, Any]:
+    return _NONE
+
+
+@frozen_value
 class OrgCredentials:
     """What the caller's org holds per provider (read once per call by :func:`treg.org_data.load_org_credentials`)."""
 
     org_id: str
     #: provider → the caller-usable tools bound to a secret of that provider, by name
-    own_tools: Mapping[str, tuple[OwnTool, ...]] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    own_tools: Mapping[str, tuple[OwnTool, ...]] = dataclasses.field(default_factory=_none)
     #: provider → the id of the org's newest secret with that provider
-    team_secrets: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    team_secrets: Mapping[str, str] = dataclasses.field(default_factory=_none)
     #: provider → the caller's newest active OAuth connection there that is its own (unshared), and the
     #: org's newest shared one (docs/oauth.md): within a tier a connection wins over a secret
-    own_connections: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-    team_connections: Mapping[str, str] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    own_connections: Mapping[str, str] = dataclasses.field(default_factory=_none)
+    team_connections: Mapping[str, str] = dataclasses.field(default_factory=_none)
 
     def own_for(self, provider_id: str) -> tuple[OwnTool, ...]:
         return self.own_tools.get(provider_id, ())
