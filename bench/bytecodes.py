@@ -36,7 +36,7 @@ from bench.instructions import wait_http
 from bench.load import Budget, Sample, raw_load
 from bench import platform_case
 from bench.one_call import one_call
-from bench.procs import BENCH_ROOT, run_cli
+from bench.procs import BENCH_ROOT
 from bench.through_treg import setup_treg_data
 
 #: run as ``python <this file's TRACER> <the program's argv>``: counts between two request numbers
@@ -148,19 +148,10 @@ async def measure(opts: argparse.Namespace) -> dict[str, Any]:
                                "call": platform_case.PATH if opts.platform else "/call/bench/small"}
         out["baseline"] = await count(call.baseline_cmd, call.env, call.baseline_port, "/small", call.baseline_request,
                                       call.tmp / "baseline.json", warmup=opts.warmup, calls=opts.calls)
-        env = call.treg_env()
-        if opts.platform:  # the platform case's provider and treg's key for it (bench/platform_case.py)
-            env["TREG_PLUGINS_DIR"] = str(platform_case.write_plugin(call.tmp / "plugins", call.upstream))
-            platform_case.environment(env)
-        org = await call.treg_org("bench-bc", env)
-        request = call.treg_request(org["token"])
-        if opts.platform:
-            await run_cli(env, "credits", "grant", "--org", "bench-bc", "--micro", str(platform_case.CREDIT_MICRO),
-                          "--note", "benchmark")
-            request = request.replace(b"/call/bench/small", platform_case.PATH.encode(), 1)
+        env, token, request = await call.treg_case("bench-bc", platform=opts.platform)
 
         async def data() -> None:
-            await setup_treg_data(call.treg_port, org["token"], call.upstream)
+            await setup_treg_data(call.treg_port, token, call.upstream)
 
         out["treg"] = await count(["-m", "treg", "serve"], env, call.treg_port, "/healthz", request,
                                   call.tmp / "treg.json", warmup=opts.warmup, calls=opts.calls, before=data)

@@ -71,9 +71,26 @@ class OneCall:
         environment, when not :meth:`treg_env`'s)."""
         return json.loads(await run_cli(env or self.treg_env(), "init", "--org", slug, "--email", f"{slug}@bench.test"))
 
-    def treg_request(self, token: str) -> bytes:
-        return (f"GET /call/bench/small HTTP/1.1\r\nHost: 127.0.0.1:{self.treg_port}\r\n"
+    def treg_request(self, token: str, path: str = "/call/bench/small") -> bytes:
+        return (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.treg_port}\r\n"
                 f"X-Treg-Token: {token}\r\n\r\n").encode()
+
+    async def treg_case(self, slug: str, *, platform: bool = False) -> tuple[dict[str, str], str, bytes]:
+        """treg serve's environment, its org's token and the measured call's request, before treg serves:
+        the own tool's (``GET /call/bench/small``) or, ``platform``, the platform case's billed call
+        (bench/platform_case.py: its provider as a plugin file, treg's key for it, the org's credits)."""
+        from bench import platform_case
+
+        env = self.treg_env()
+        if platform:
+            env["TREG_PLUGINS_DIR"] = str(platform_case.write_plugin(self.tmp / "plugins", self.upstream))
+            platform_case.environment(env)
+        org = await self.treg_org(slug, env)
+        if not platform:
+            return env, org["token"], self.treg_request(org["token"])
+        await run_cli(env, "credits", "grant", "--org", slug, "--micro", str(platform_case.CREDIT_MICRO),
+                      "--note", "benchmark")
+        return env, org["token"], self.treg_request(org["token"], platform_case.PATH)
 
 
 @contextlib.asynccontextmanager

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any, AsyncIterator
+from typing import Any
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -52,7 +52,7 @@ from treg.call.state import CallOutcome, CallState
 from treg.catalog.success import succeeded
 from treg.context import Services
 from treg.errors import GatewayFailed
-from treg.infra.upstream import UpstreamResponse
+from treg.infra.upstream import InHand, UpstreamResponse
 from treg.origin import path_prefix
 from treg.plugins import spool_evidence_paths
 
@@ -195,7 +195,7 @@ async def _guarded(state: CallState, resp: UpstreamResponse) -> UpstreamResponse
         if seen is not None:  # its length as masked (a masked body goes out decoded)
             headers = (*((k, v) for k, v in seen.headers if k.lower() != "content-length"),
                        ("Content-Length", str(len(seen.data))))
-            return replace(resp, reason=seen.reason, headers=headers, body=_replay(seen.data), whole=seen.data,
+            return replace(resp, reason=seen.reason, headers=headers, body=InHand(seen.data), whole=seen.data,
                            index=CIMultiDictProxy(CIMultiDict(headers)))
     applied = encodings.answer_codings(resp)
     if resp.whole is not None or not answer_mask.streamable(applied):
@@ -204,11 +204,6 @@ async def _guarded(state: CallState, resp: UpstreamResponse) -> UpstreamResponse
                             blame="upstream")
     return replace(resp, reason=reason, headers=tuple(relayed),
                    body=answer_mask.guarded(state.redactor, resp.body, applied))
-
-
-async def _replay(data: bytes) -> AsyncIterator[bytes]:
-    if data:
-        yield data
 
 
 def _not_the_callers_key(state: CallState) -> bool:

@@ -23,7 +23,7 @@ from treg.capacity.classify import Signal, Unrecorded
 from treg.context import Services
 from treg.identity import DEMO, Identity
 from treg.infra.schema import INT_MAX
-from treg.infra.upstream import RawHeaders, UpstreamResponse
+from treg.infra.upstream import InHand, RawHeaders, UpstreamResponse
 from treg.oauth.credentials import credential_kind
 from treg.redaction import MASK, NO_SECRETS, Redactor, mask_userinfo
 
@@ -120,16 +120,12 @@ class CallOutcome:
         hit, an overflow's or a routed call's answer): ``whole`` is ``body``, nothing is left to close.
         ``relayed``: the headers are an upstream's (as received, stored or archived), so the edge adds no
         Content-Type or Server header they lack; False: treg's own answer, which keeps the edge's."""
-        async def chunks() -> AsyncIterator[bytes]:
-            if body:
-                yield body
-
         if relayed:
             names = {k.lower() for k, _ in headers}
             has_type, has_server = "content-type" in names, "server" in names
         else:
             has_type = has_server = True
-        return cls(status, reason, headers, chunks(), _nothing, finish, len(body), has_type, has_server, body,
+        return cls(status, reason, headers, InHand(body), _nothing, finish, len(body), has_type, has_server, body,
                    raw_headers)
 
 

@@ -287,9 +287,27 @@ async def _iterate(resp: aiohttp.ClientResponse, closer: CloseOnce) -> AsyncIter
         closer.close(complete=complete)
 
 
-async def _replay(data: bytes) -> AsyncIterator[bytes]:
-    if data:
-        yield data
+class InHand:
+    """A body already in hand as the stream of one piece (none when empty).
+
+    Not an async generator, on purpose (a speed trick: docs/performance.md, round 14): an edge takes such
+    a body whole and drops its stream unread, and Python 3.11 finalizes a dropped generator by entering its
+    frame to raise ``GeneratorExit`` there, started or not (~2 k instructions a call)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __aiter__(self) -> "InHand":
+        return self
+
+    async def __anext__(self) -> bytes:
+        data = self._data
+        if not data:
+            raise StopAsyncIteration
+        self._data = b""
+        return data
 
 
 async def send(session: "aiohttp.ClientSession | NotServing", req: UpstreamRequest, *,
@@ -330,7 +348,7 @@ async def send(session: "aiohttp.ClientSession | NotServing", req: UpstreamReque
         # nothing is waited for, and skip the stream machinery (docs/performance.md)
         whole = content.read_nowait()
         closer.close(complete=True)
-        return UpstreamResponse(resp.status, resp.reason or "", headers, _replay(whole), closer, resp.headers, whole,
+        return UpstreamResponse(resp.status, resp.reason or "", headers, InHand(whole), closer, resp.headers, whole,
                                 raw)
     # positional (status, reason, headers, body, closer, index): one is built per call
     return UpstreamResponse(resp.status, resp.reason or "", headers, _iterate(resp, closer), closer, resp.headers,
