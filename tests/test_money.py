@@ -14,7 +14,7 @@ from treg import authentication, membership, money, reaper
 from treg.errors import BadRequest, Conflict, DatabaseError, NotFound, PaymentRequired
 from treg.infra.schema import holds
 from treg.money import limits
-from treg.testing import check_books, open_services
+from treg.testing import check_books, hold_close_fault, open_services
 
 
 @pytest.fixture
@@ -254,6 +254,30 @@ async def test_reaper_releases_expired_and_old_holds_only(svc, org):
     assert await money.hold_state(svc, "o1") == "held"
     assert await reaper.reap_orphans(svc, older_than_s=3600) == 0
     assert await reaper.reap_orphans(svc, older_than_s=0) == 2
+    b = await money.balance(svc, oid)
+    assert (b.balance_micro, b.held_micro) == (10_000, 0)
+    await check_books(svc, oid)
+
+
+async def test_a_release_the_database_refuses_keeps_only_itself_held(svc, org, dsn):
+    """A release the database refuses for what it carries (a data exception) failed the reaper's whole
+    batch, run after run, so every expired hold of its batch stayed held, credit parked for good. The
+    batch is written by halves: the others are released, only it stays held (logged), and the next run
+    releases it once the database takes it."""
+    oid = org["org_id"]
+    await money.grant(svc, org_id=oid, amount_micro=10_000, actor="test")
+    for i in range(5):
+        await money.place_hold(svc, org_id=oid, member_id=None, call_id=f"r{i}", amount_micro=1_000)
+    await asyncio.to_thread(hold_close_fault, dsn, "22003", "r3")
+    try:
+        assert await reaper.reap_orphans(svc, older_than_s=0) == 4
+        states = [await money.hold_state(svc, f"r{i}") for i in range(5)]
+        assert states == ["released"] * 3 + ["held", "released"]
+        assert (await money.balance(svc, oid)).held_micro == 1_000
+        assert await reaper.reap_orphans(svc, older_than_s=0) == 0  # still refused, still alone
+    finally:
+        await asyncio.to_thread(hold_close_fault, dsn, None)
+    assert await reaper.reap_orphans(svc, older_than_s=0) == 1
     b = await money.balance(svc, oid)
     assert (b.balance_micro, b.held_micro) == (10_000, 0)
     await check_books(svc, oid)

@@ -25,10 +25,10 @@ from sqlalchemy import and_, func, select, text
 
 from treg import periodic
 from treg.context import Services
-from treg.errors import DatabaseError
+from treg.errors import DatabaseError, TregError
 from treg.infra.schema import holds
 from treg.jobs import store as job_store
-from treg.money.holds import HELD, RELEASED, Close, close
+from treg.money.holds import HELD, RELEASED, Close, by_halves, close
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,10 @@ _RELEASED_ROWS_SQL = ("UPDATE calls SET hold_state = 'released', cost_micro = 0 
 #: charged nothing either (docs/money.md "Credit leases")
 _LEASED_ROWS_SQL = ("UPDATE calls c SET hold_state = 'released', cost_micro = 0 "
                     "WHERE c.lease_id = ANY(%(ids)s::text[]) AND NOT EXISTS (SELECT 1 FROM holds h WHERE h.id = c.id)")
+
+
+def _refused(close: Close, exc: TregError) -> None:
+    log.error("reaper: the database refused the release of hold %s (%s); it stays held", close.call_id, exc.code)
 
 
 async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
@@ -66,8 +70,11 @@ async def reap_orphans(svc: Services, older_than_s: float | None = None) -> int:
         if not ids:
             break
         seen.update(ids)
-        # one statement closes the batch (its orgs' locks taken in one order, as every closer takes them)
-        closed = await close(svc, [Close(call_id, RELEASED) for call_id in ids])
+        # one statement closes the batch (its orgs' locks taken in one order, as every closer takes them); a
+        # release the database refuses for what it carries is left held and logged, alone: it must not
+        # keep every expired hold of its batch held, run after run
+        closed = await by_halves(lambda part: close(svc, part), [Close(call_id, RELEASED) for call_id in ids],
+                                 _refused)
         released += len(closed)
         if closed:
             # the audit rows written when the answers left say what the caller was told; a hold the

@@ -27,13 +27,13 @@ rows and tag rows.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from sqlalchemy import select
 
 from treg.cache import CHANNEL
 from treg.context import Services
-from treg.errors import Conflict, IntegrityError, NotFound, TregError
+from treg.errors import Conflict, DataRefused, IntegrityError, NotFound, TregError
 from treg.hold import HELD, RELEASED, SETTLED, Close, Closed, Hold  # noqa: F401 (HELD: the money API's)
 from treg.ids import new_id
 from treg.infra.db import Database, Tx
@@ -212,6 +212,25 @@ async def close_leased_on(db: Database, closes: Sequence[Close]) -> list[Closed]
     params["leases"] = [c.lease_id for c in closes]
     params["amounts"] = [check_amount(c.amount_micro, "amount_micro") for c in closes]
     return _closed(await db.run(CLOSE_LEASED_SQL, params, path="money"))
+
+
+#: what the database refuses for what a statement carries: sent again it is refused again
+REFUSED = (DataRefused, IntegrityError)
+
+
+async def by_halves(write: Callable[[list[Close]], Awaitable[list[Closed]]], closes: list[Close],
+                    refused: Callable[[Close, TregError], None]) -> list[Closed]:
+    """``write(closes)``, and when the database refuses it for what it carries (:data:`REFUSED`), each half
+    written the same way, until a refused close is alone: it goes to ``refused`` and the closes beside it
+    are written (the settler's batches, the reaper's). Any other failure is ``write``'s to raise."""
+    try:
+        return await write(closes)
+    except REFUSED as exc:
+        if len(closes) == 1:
+            refused(closes[0], exc)
+            return []
+        half = len(closes) // 2  # in order: a lease's return stays after its calls' closes
+        return await by_halves(write, closes[:half], refused) + await by_halves(write, closes[half:], refused)
 
 
 async def close(svc: Services, closes: Sequence[Close]) -> list[Closed]:

@@ -39,10 +39,10 @@ import logging
 import time
 from typing import Any
 
-from treg.errors import DataRefused, IntegrityError, TregError
+from treg.errors import TregError
 from treg.infra.db import Database
 from treg.money import holds
-from treg.money.holds import RELEASED, Close, Hold
+from treg.money.holds import RELEASED, Close, Closed, Hold
 from treg.money.leases import USE_S, Leases
 
 log = logging.getLogger(__name__)
@@ -253,36 +253,42 @@ class Settler:
     async def _write_part(self, statement: Any, batch: list[Close]) -> list[Close]:
         """``batch`` written by ``statement``; what is left unwritten (to the reaper) comes back. A failure
         that may pass (the database restarting, a statement timeout) is retried for ``retry_for_s``. A
-        close the database refuses for what it carries (:class:`DataRefused`, a constraint) would be
-        refused again: the batch is written by halves until it is alone, so it cannot cost the closes
-        beside it their charge (they would have been released by the reaper, callers told they were
+        close the database refuses for what it carries (:data:`holds.REFUSED`) would be refused again: the
+        batch is written by halves until it is alone (:func:`holds.by_halves`), so it cannot cost the
+        closes beside it their charge (they would have been released by the reaper, callers told they were
         charged)."""
-        deadline = time.monotonic() + self.retry_for_s
-        attempt = 0
-        while True:
-            try:
-                closed = await statement(self._db, batch)
-            except (DataRefused, IntegrityError) as exc:
-                if len(batch) > 1:
-                    half = len(batch) // 2  # in order: a lease's return stays after its calls' closes
-                    return await self._write_part(statement, batch[:half]) + await self._write_part(statement,
-                                                                                                    batch[half:])
-                self.left_to_reaper += 1
-                log.error("settler: the database refused the close of hold %s (%s); the reaper releases it "
-                          "when its lease ends", batch[0].call_id, exc.code)
-                return batch
-            except TregError as exc:
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    self.left_to_reaper += len(batch)
-                    log.error("settler: %d hold close(s) could not be written (%s) after %d attempts; the "
-                              "reaper releases them when their lease ends", len(batch), exc.code, attempt)
-                    return batch
-                await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
-                continue
-            self.statements += 1
-            self.closed += len(closed)
-            return []
+        unwritten: list[Close] = []
+
+        def refused(close: Close, exc: TregError) -> None:
+            self.left_to_reaper += 1
+            unwritten.append(close)
+            log.error("settler: the database refused the close of hold %s (%s); the reaper releases it when "
+                      "its lease ends", close.call_id, exc.code)
+
+        async def write(part: list[Close]) -> list[Closed]:
+            deadline = time.monotonic() + self.retry_for_s
+            attempt = 0
+            while True:
+                try:
+                    closed = await statement(self._db, part)
+                except holds.REFUSED:
+                    raise
+                except TregError as exc:
+                    attempt += 1
+                    if time.monotonic() >= deadline:
+                        self.left_to_reaper += len(part)
+                        unwritten.extend(part)
+                        log.error("settler: %d hold close(s) could not be written (%s) after %d attempts; the "
+                                  "reaper releases them when their lease ends", len(part), exc.code, attempt)
+                        return []
+                    await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
+                    continue
+                self.statements += 1
+                self.closed += len(closed)
+                return closed
+
+        await holds.by_halves(write, batch, refused)
+        return unwritten
 
     async def stop(self) -> None:
         """Write what is queued, then stop; later closes run inline."""
