@@ -49,7 +49,10 @@ def create_app(settings: Settings, *, dsn: str | None = None, extra_plugins: Ite
     # no middleware: treg/web/errors.py says why; the protocol's logger never logs a request's bytes
     app = web.Application(client_max_size=1024 ** 3, handler_args={"logger": protocol.RedactingLog()})
     app[SETTINGS] = settings
-    app.on_response_prepare.append(caching.not_shared)  # an answer says whether a shared cache may keep it
+    # an answer says whether a shared cache may keep it. The call surfaces' RelayResponse writes its head
+    # without this signal and sets the same default itself (treg/web/call.py): a receiver added here does
+    # not see relayed answers
+    app.on_response_prepare.append(caching.not_shared)
     box = crypto.load_box(settings)
     state: dict[str, Database] = {}
 
