@@ -287,17 +287,19 @@ async def test_a_release_the_database_refuses_keeps_only_itself_held(svc, org, d
 @pytest.mark.parametrize("call_id, inlined", [("call_0a1b", True), ("NULL", True), ("o'x", False),
                                               ("a,b", False), ("{x}", False), ("x\\", False)])
 async def test_a_close_statement_inlines_only_treg_s_own_ids(svc, org, call_id, inlined):
-    """The settler's statements carry their arrays in the text when every id is treg's own kind
-    (``[A-Za-z0-9_]``, written quoted: ``NULL`` stays an id); any other id goes as bound parameters. Either
-    way the hold is closed once, at its price."""
+    """The settler's statements bind each array as one array literal when every id is treg's own kind
+    (``[A-Za-z0-9_]``, written quoted: ``NULL`` stays an id); any other id goes as bound lists. Either way
+    the statement's text is the one built at import, and the hold is closed once, at its price."""
     oid = org["org_id"]
     await money.grant(svc, org_id=oid, amount_micro=10_000, actor="test")
     other = await money.place_hold(svc, org_id=oid, member_id=None, call_id="call_beside", amount_micro=1_000)
     hold = await money.place_hold(svc, org_id=oid, member_id=None, call_id=call_id, amount_micro=1_000)
     assert hold is not None and other is not None
     closes = [Close(call_id, SETTLED, 700), Close("call_beside", RELEASED)]
-    sql, params = holds_module._inlined(holds_module.CLOSE_SQL, holds_module._close_params(closes))
-    assert (params is None) == inlined and (call_id in sql) == inlined
+    params = holds_module._array_literals(holds_module._close_params(closes))
+    assert isinstance(params["calls"], str) == inlined
+    if inlined:
+        assert params["calls"] == f'{{"{call_id}","call_beside"}}' and params["observed"] == "{700,0}"
     closed = await holds_module.close_on(svc.db, closes)
     assert sorted((c.call_id, c.state, c.charged_micro) for c in closed) == sorted(
         [(call_id, SETTLED, 700), ("call_beside", RELEASED, 0)])

@@ -27,7 +27,6 @@ rows and tag rows.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from sqlalchemy import select
@@ -36,7 +35,7 @@ from treg.cache import CHANNEL
 from treg.context import Services
 from treg.errors import Conflict, DataRefused, IntegrityError, NotFound, TregError
 from treg.hold import HELD, RELEASED, SETTLED, Close, Closed, Hold  # noqa: F401 (HELD: the money API's)
-from treg.ids import new_id
+from treg.ids import PLAIN_ID, new_id
 from treg.infra.db import Database, Tx
 from treg.infra.schema import BIGINT_MAX, holds
 from treg.money.ledger import check_amount
@@ -47,7 +46,7 @@ PLACE_SQL = ("SELECT refused, needed_micro, available_micro, limit_micro, hold_e
              "FROM treg_place_hold(%(call)s, %(org)s, %(member)s, %(tag)s, %(amount)s, %(ttl)s, %(trial)s, "
              "%(trial_id)s, %(extra_cap)s, %(credit_org)s, %(headroom)s, %(lease)s)")
 CLOSE_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
-             "FROM treg_close_holds(%(calls)s, %(states)s, %(observed)s)")
+             "FROM treg_close_holds(%(calls)s::text[], %(states)s::text[], %(observed)s::bigint[])")
 #: an org's credit leases open now (the open-holds partial index): read only after a limit refused a hold
 PARKED_SQL = "SELECT EXISTS (SELECT 1 FROM holds WHERE org_id = %(org)s AND state = 'held' AND lease)"
 NOTIFY_SQL = "SELECT pg_notify(%(channel)s, %(payload)s)"
@@ -59,7 +58,8 @@ LEASE_RETURN_WAITS_S = (0.05, 0.15, 0.3)
 #: closes of holds taken from credit leases (treg/money/leases.py): each call's row written closed, its
 #: amount moved out of its lease, one statement for any number (migration 0020)
 CLOSE_LEASED_SQL = ("SELECT closed_id, closed_org, closed_state, closed_amount, closed_charged "
-                    "FROM treg_close_leased(%(leases)s, %(calls)s, %(states)s, %(amounts)s, %(observed)s)")
+                    "FROM treg_close_leased(%(leases)s::text[], %(calls)s::text[], %(states)s::text[], "
+                    "%(amounts)s::bigint[], %(observed)s::bigint[])")
 
 
 async def place_hold(svc: Services, *, org_id: str, member_id: str | None, call_id: str, amount_micro: int,
@@ -192,28 +192,29 @@ def _close_params(closes: Sequence[Close]) -> dict[str, Any]:
                          for c in closes]}
 
 
-#: one of treg's own ids (``new_id``: letters, digits and ``_``)
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_]+")
 
 
-def _inlined(sql: str, params: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
-    """``sql`` with ``params``' arrays written into its text, and no parameters; or both as they were when an
-    id is not one of treg's own.
+def _array_literals(params: dict[str, list[Any]]) -> dict[str, Any]:
+    """``params`` with each array bound as one text value, PostgreSQL's array literal (``{"a","b"}``,
+    ``{1,2}``), which the statement casts; or as they were when an id is not one of treg's own.
 
-    Speed trick, named: **a batch of closes as array literals**. As bound parameters psycopg2 adapted every
-    element of every array on its own (an adapter object, a failed look for ``__conform__`` that formats
-    and clears an AttributeError, a quoting call): ~2.9 µs a close, in the settler's batches (docs/performance.md,
-    round 14). The values are treg's own: call and lease ids of ``[A-Za-z0-9_]`` (written quoted, so
-    ``NULL`` stays text and nothing can end a literal), states from a fixed set, amounts as ``int``s."""
-    out: dict[str, str] = {}
+    Speed trick, named: **a batch of closes' arrays as one literal each**. Bound as Python lists, psycopg2
+    adapted every element on its own (an adapter, a failed look for ``__conform__`` that formats and clears
+    an AttributeError, a quoting call): ~2.9 µs a close, in the settler's batches (docs/performance.md,
+    round 14). The statement's text stays the one built at import, its values bound. Ids of ``[A-Za-z0-9_]``
+    (treg's ``new_id``) are written double-quoted (so ``NULL`` stays an id) and need no escape; states come
+    from a fixed set and amounts are ``int``s."""
+    out: dict[str, Any] = {}
     for name, values in params.items():
-        if values and isinstance(values[0], int):
-            out[name] = "ARRAY[" + ",".join(map(str, map(int, values))) + "]::bigint[]"
-            continue
-        if not all(map(_PLAIN_ID.fullmatch, values)):  # each on its own: "a,b" is one id, and not plain
-            return sql, params
-        out[name] = "ARRAY['" + "','".join(values) + "']::text[]"
-    return sql % out, None
+        if not values:
+            out[name] = "{}"
+        elif isinstance(values[0], int):
+            out[name] = "{" + ",".join(map(str, map(int, values))) + "}"
+        elif all(map(PLAIN_ID.fullmatch, values)):  # each on its own: "a,b" is one id, and not plain
+            out[name] = '{"' + '","'.join(values) + '"}'
+        else:
+            return params
+    return out
 
 
 def _closed(rows: Iterable[Sequence[Any]]) -> list[Closed]:
@@ -224,7 +225,7 @@ async def close_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
     """Close holds in one statement (one round trip); what comes back is what this call closed."""
     if not closes:
         return []
-    return _closed(await db.run(*_inlined(CLOSE_SQL, _close_params(closes)), path="money"))
+    return _closed(await db.run(CLOSE_SQL, _array_literals(_close_params(closes)), path="money"))
 
 
 async def close_leased_on(db: Database, closes: Sequence[Close]) -> list[Closed]:
@@ -236,7 +237,7 @@ async def close_leased_on(db: Database, closes: Sequence[Close]) -> list[Closed]
     params = _close_params(closes)
     params["leases"] = [c.lease_id for c in closes]
     params["amounts"] = [check_amount(c.amount_micro, "amount_micro") for c in closes]
-    return _closed(await db.run(*_inlined(CLOSE_LEASED_SQL, params), path="money"))
+    return _closed(await db.run(CLOSE_LEASED_SQL, _array_literals(params), path="money"))
 
 
 #: what the database refuses for what a statement carries: sent again it is refused again
