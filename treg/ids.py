@@ -11,6 +11,7 @@ The pool is process-wide, like the operating system's source it reads: it holds 
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 #: ids per read of the operating system's random source
@@ -46,3 +47,8 @@ os.register_at_fork(after_in_child=_pool.reset)
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{_pool.take().hex()}"
+
+
+#: what every id :func:`new_id` makes is written with (a prefix of the caller's, ``_`` and hex): a
+#: statement may carry such an id in its text, quoted, with nothing to escape (``fullmatch`` it first)
+PLAIN_ID = re.compile(r"[A-Za-z0-9_]+")

@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from treg.call_record import CallRecord
 from treg.context import Services
 from treg.errors import DataRefused, IntegrityError, TregError
+from treg.ids import PLAIN_ID
 from treg.infra.schema import calls, tokens
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,6 @@ _INSERT_SQL = _INSERT_HEAD + "%(rows)s::jsonb) AS r"
 #: tokens' last use written by a data-modifying CTE beside the rows' INSERT
 _TOUCH = f"WITH touched AS (UPDATE {tokens.name} SET last_used_at = now() WHERE id = ANY("
 _BATCH_SQL = _TOUCH + "%(ids)s) RETURNING 1) " + _INSERT_SQL
-#: what a token id is made of (treg/ids.py): written into the statement as it is, nothing to quote
-_PLAIN_ID = re.compile(r"[A-Za-z0-9_]+")
 #: the rows' literal's delimiter; another is drawn when the rows hold this one (an upstream's error body can)
 _ROWS_TAG = "$treg_rows$"
 
@@ -83,7 +82,7 @@ def batch_statement(rows: str, ids: list[str]) -> tuple[str, dict[str, Any] | No
     rows means nothing). Token ids are treg's own ``[A-Za-z0-9_]`` text; any other id sends the
     parameterized statement instead. The statement's first 200 characters (what a failure's log line
     shows) end before the rows."""
-    if not all(_PLAIN_ID.fullmatch(i) for i in ids):
+    if not all(PLAIN_ID.fullmatch(i) for i in ids):
         return _BATCH_SQL, {"rows": rows, "ids": ids}
     tag = _ROWS_TAG
     while tag in rows:
