@@ -37,7 +37,9 @@ LEASE_CALLS = 4
 async def _leasing_gateway(aiohttp_client: Any, make_app: Any, *, credit_calls: int,
                            **settings: Any) -> AsyncIterator[Gateway]:
     """A gateway whose every platform-tier key leases from its first hold (``TREG_MONEY_LEASE_AFTER=1``),
-    four calls' worth at a time; the example provider on a raw upstream; credit for ``credit_calls``."""
+    four calls' worth at a time (none grows unless ``money_lease_max_calls`` says so); the example provider
+    on a raw upstream; credit for ``credit_calls``."""
+    settings.setdefault("money_lease_max_calls", LEASE_CALLS)
     async with raw_upstream(lambda ex: http_response(200, b'{"ok": true}', [("Content-Type", "application/json")])) as up:
         app = make_app(extra_plugins=(ProviderPlugin([example_provider(up.url + "/v1")]),),
                        ssrf_allow=("127.0.0.0/8",), platform={"TREG_PLATFORM_KEY_ACME": SecretStr("pk-platform")},
@@ -73,8 +75,10 @@ async def test_busy_calls_take_their_holds_from_leases_and_the_books_stay_exact(
     org_id = gw.org["org_id"]
     before = svc.db.round_trips
     sequential = [await gw.client.get(PATH, headers=gw.owner) for _ in range(10)]
-    # calls 1, 5 and 9 placed a lease of four calls each; the others took their holds from one
-    assert svc.settler.leases.placed == 3
+    # call 1 waited for a lease of four calls; calls 2, 6 and 10 spent half of the one serving, and each
+    # had the next placed ahead (the last one may still be landing); every call took its hold from one
+    await svc.settler.leases.placements()
+    assert svc.settler.leases.placed == 4
     assert svc.db.round_trips - before < 20  # two a call without leases
     burst = await asyncio.gather(*(gw.client.get(PATH, headers=gw.owner) for _ in range(32)))
     answers = sequential + list(burst)
@@ -239,13 +243,16 @@ async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, d
         await asyncio.wait_for(svc.settler.drain(), 10)  # the lease retired, its closes given up
     finally:
         await asyncio.to_thread(hold_close_fault, dsn, None)
-    assert svc.settler.left_to_reaper == 3  # the two closes, and the lease's return after them
+    # the two closes, the lease's return after them, and the return of the lease the second call had
+    # placed ahead (half of the first spent), which served no call
+    assert svc.settler.left_to_reaper == 4
     call_ids = [r.headers["X-Treg-Call-Id"] for r in answers]
-    [(lease_id, state)] = await asyncio.to_thread(run_sql, dsn, "SELECT id, state FROM holds WHERE lease")
-    assert state == "held"
+    leases = await asyncio.to_thread(run_sql, dsn, "SELECT id, state FROM holds WHERE lease ORDER BY created_at")
+    assert [state for _, state in leases] == ["held", "held"]
+    lease_id = leases[0][0]
     audited = await _calls_rows(svc, gw.org["org_id"])
     assert [audited[c] for c in call_ids] == [("settled", PRICE, lease_id)] * 2  # what the callers were told
-    assert await reaper.reap_orphans(svc, older_than_s=0) == 1
+    assert await reaper.reap_orphans(svc, older_than_s=0) == 2
     audited = await _calls_rows(svc, gw.org["org_id"])
     assert [audited[c] for c in call_ids] == [("released", 0, lease_id)] * 2
     books = await check_books(svc, gw.org["org_id"])
@@ -254,7 +261,8 @@ async def test_a_leased_close_given_up_leaves_its_lease_to_the_reaper(leasing, d
 
 def _leasing_env(tmp_path: Any, dsn: str, settings: Any, up_url: str, **more: str) -> dict[str, str]:
     return example_provider_env(tmp_path, dsn, settings.secret_key.reveal(), up_url, TREG_MONEY_LEASE_AFTER="1",
-                                TREG_MONEY_LEASE_CALLS=str(LEASE_CALLS), **more)
+                                TREG_MONEY_LEASE_CALLS=str(LEASE_CALLS),
+                                **{"TREG_MONEY_LEASE_MAX_CALLS": str(LEASE_CALLS), **more})
 
 
 async def test_sixteen_calls_on_credit_for_ten_across_two_leasing_processes_charge_exactly_ten(dsn, settings,
@@ -389,17 +397,18 @@ async def _lease_figures(gw: Gateway) -> dict[str, float]:
 
 
 async def test_metrics_count_the_leases_placed_returned_and_live(leasing):
-    """/metrics reports the process's leases: three placed by ten calls, live until the drain returns
-    them, then returned; none refused."""
+    """/metrics reports the process's leases: four placed by ten calls (one waited for, three placed
+    ahead), live until the drain returns them, then returned; none refused."""
     gw = leasing
     assert await _lease_figures(gw) == {"placed": 0, "refused": 0, "returned": 0, "live": 0}
     for _ in range(10):
         assert (await gw.client.get(PATH, headers=gw.owner)).status == 200
+    await gw.services.settler.leases.placements()
     mid = await _lease_figures(gw)
-    assert mid["placed"] == 3 and mid["refused"] == 0
-    assert mid["live"] == 3 - mid["returned"] and mid["live"] >= 1  # the last one serves calls for a second
+    assert mid["placed"] == 4 and mid["refused"] == 0
+    assert mid["live"] == 4 - mid["returned"] and mid["live"] >= 2  # the last two serve calls for a second
     await gw.services.settler.drain()
-    assert await _lease_figures(gw) == {"placed": 3, "refused": 0, "returned": 3, "live": 0}
+    assert await _lease_figures(gw) == {"placed": 4, "refused": 0, "returned": 4, "live": 0}
 
 
 async def test_metrics_count_a_refused_lease(aiohttp_client, make_app):
@@ -471,3 +480,91 @@ async def test_a_close_the_database_refuses_costs_only_itself(leasing, dsn, leas
     assert await reaper.reap_orphans(svc, older_than_s=0) == 1
     books = await check_books(svc, org_id)
     assert books["settled"] == 5 * PRICE and books["open"] == 0 and books["balance"] == (500 - 5) * PRICE
+
+
+def _now(coro: Any) -> Any:
+    """What ``coro`` returns when it finishes without waiting for anything; fails the test if it waits."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    pytest.fail("the call waited")
+
+
+async def test_a_busy_key_has_its_next_lease_placed_ahead_and_no_call_waits_for_it(leasing):
+    """Once half of a lease is spent the next one is placed in the background: while its placement is
+    held up (another transaction holds the org's balance row), the calls that spend the rest of the first
+    take their holds without waiting; the first call past it waits for the placement under way (none is
+    started twice), and takes its hold from the lease placed ahead."""
+    gw = leasing
+    svc, leases = gw.services, gw.services.settler.leases
+    org_id = gw.org["org_id"]
+
+    def take(call_id: str) -> Any:
+        return leases.take(svc, org_id=org_id, member_id=None, tag=None, call_id=call_id, amount_micro=PRICE)
+    first = await take("call_a1")  # the key's first lease (TREG_MONEY_LEASE_AFTER=1)
+    assert first is not None and leases.placed == 1
+    async with svc.db.tx() as tx:
+        await tx.execute("SELECT 1 FROM org_balances WHERE org_id = %(o)s FOR UPDATE", {"o": org_id})
+        second = _now(take("call_a2"))  # half spent: the next placement starts, and waits for the row
+        assert not leases._placing[(org_id, None, None)].done()
+        rest = [_now(take(f"call_a{i}")) for i in (3, 4)]
+        assert {h.lease_id for h in [second, *rest]} == {first.lease_id}
+        waiting = asyncio.ensure_future(take("call_a5"))  # the first lease is spent: this call waits
+        await asyncio.sleep(0.2)
+        assert not waiting.done() and leases.placed == 1
+    fifth = await asyncio.wait_for(waiting, 10)
+    assert fifth is not None and fifth.lease_id not in (None, first.lease_id) and leases.placed == 2
+    for h in [first, second, *rest, fifth]:
+        assert await svc.settler.close(h, Close(h.call_id, SETTLED, PRICE))
+    await svc.settler.drain()
+    assert leases.live == 0
+    books = await check_books(svc, org_id)
+    assert books["open"] == 0 and books["settled"] == 5 * PRICE
+
+
+async def _takes(gw: Gateway, n: int) -> list[Any]:
+    """``n`` holds taken from the key's leases one after another, as fast as memory gives them."""
+    leases = gw.services.settler.leases
+    out = [await leases.take(gw.services, org_id=gw.org["org_id"], member_id=None, tag=None, call_id=f"call_g{i}",
+                             amount_micro=PRICE) for i in range(n)]
+    await leases.placements()
+    return out
+
+
+async def _lease_amounts(gw: Gateway) -> list[int]:
+    rows = await asyncio.to_thread(run_sql, gw.services.db.dsn, "SELECT amount_micro FROM holds WHERE org_id = %s "
+                                   "AND lease ORDER BY created_at", gw.org["org_id"])
+    return [amount for (amount,) in rows]
+
+
+async def _settled(gw: Gateway, taken: list[Any]) -> dict[str, Any]:
+    assert all(h is not None and h.lease_id is not None for h in taken)  # every call on a lease
+    for h in taken:
+        assert await gw.services.settler.close(h, Close(h.call_id, SETTLED, PRICE))
+    await gw.services.settler.drain()
+    return await check_books(gw.services, gw.org["org_id"])
+
+
+async def test_the_lease_placed_ahead_grows_with_the_rate(aiohttp_client, make_app):
+    """A key that spends half its first lease (four calls) fast has the next one sized for a quarter of
+    TREG_MONEY_LEASE_S at that rate, up to TREG_MONEY_LEASE_MAX_CALLS (64 calls here). The books stay exact."""
+    async with _leasing_gateway(aiohttp_client, make_app, credit_calls=5000, money_lease_max_calls=64) as gw:
+        taken = await _takes(gw, 3)
+        assert await _lease_amounts(gw) == [LEASE_CALLS * PRICE, 64 * PRICE]  # two calls in well under 250 ms
+        books = await _settled(gw, taken)
+        assert books["open"] == 0 and books["settled"] == 3 * PRICE
+
+
+async def test_a_grown_lease_the_limits_refuse_leaves_the_key_leasing_at_its_base_size(aiohttp_client, make_app):
+    """With credit for 500 calls the limits leave no headroom for a lease of 64 calls (8 leases' worth
+    beside it): that one is refused, and the key goes on leasing four calls' worth, placed ahead each
+    time, never on calls' own holds. The books stay exact."""
+    async with _leasing_gateway(aiohttp_client, make_app, credit_calls=500, money_lease_max_calls=64) as gw:
+        leases = gw.services.settler.leases
+        taken = await _takes(gw, 10)
+        assert leases.refused == 1  # the grown one
+        assert await _lease_amounts(gw) == [LEASE_CALLS * PRICE] * leases.placed and leases.placed >= 3
+        books = await _settled(gw, taken)
+        assert books["open"] == 0 and books["settled"] == 10 * PRICE

@@ -145,9 +145,14 @@ class Settings:
         "releases it in the caller's favour; must exceed the longest billed call", "int")
     money_lease_calls: int = _setting(
         "TREG_MONEY_LEASE_CALLS", 64,
-        "calls' worth of credit a serving process leases at once for a busy (org, member, tag) on the platform "
-        "tier, its calls' holds then taken from the lease without a round trip (docs/money.md \"Credit leases\"); "
-        "0: every hold placed by its own statement", "int")
+        "calls' worth of credit a serving process leases at once (the first and smallest lease) for a busy (org, "
+        "member, tag) on the platform tier, its calls' holds then taken from the lease without a round trip "
+        "(docs/money.md \"Credit leases\"); 0: every hold placed by its own statement", "int")
+    money_lease_max_calls: int = _setting(
+        "TREG_MONEY_LEASE_MAX_CALLS", 1024,
+        "the largest credit lease, in calls' worth: a key still busy when half its lease is spent has the next one "
+        "placed ahead, sized for a quarter of TREG_MONEY_LEASE_S at its rate, from TREG_MONEY_LEASE_CALLS up to this "
+        "(docs/money.md \"Credit leases\")", "int")
     money_lease_after: int = _setting(
         "TREG_MONEY_LEASE_AFTER", 16,
         "holds one (org, member, tag) places within a second before its calls take them from a credit lease", "int")

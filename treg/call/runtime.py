@@ -28,7 +28,8 @@ async def setup(app: Any, svc: Services) -> Callable[[], Awaitable[None]]:
     svc.audit = writer
     # holds closed off the answers' path, credit leases for busy keys (treg/money/settler.py, leases.py)
     settler = Settler(svc.db, hold_ttl_s=svc.settings.hold_ttl_s, lease_calls=svc.settings.money_lease_calls,
-                      lease_after=svc.settings.money_lease_after, lease_s=svc.settings.money_lease_s)
+                      lease_after=svc.settings.money_lease_after, lease_s=svc.settings.money_lease_s,
+                      lease_max_calls=svc.settings.money_lease_max_calls)
     settler.start()
     svc.settler = settler
     svc.metrics.bind_leases(settler.leases)

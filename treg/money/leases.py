@@ -29,7 +29,13 @@ NOTIFY), and the refused hold is tried again for up to ~0.5 s, so credit parked 
 turn into a 402 while it comes back. A lease serves new calls for ``TREG_MONEY_LEASE_S`` (``USE_S``
 by default).
 
-A speed trick (docs/performance.md, round 8): the platform tier's hold without a round trip.
+No call waits for a lease while its key stays busy: once half of a lease is spent, the next one is
+placed in the background (**placed ahead**) and serves as soon as the first is spent. Its size follows
+the key's rate: enough calls for a quarter of ``TREG_MONEY_LEASE_S`` at the rate the first one was
+spent, from ``TREG_MONEY_LEASE_CALLS`` up to ``TREG_MONEY_LEASE_MAX_CALLS``; a grown lease the limits
+refuse leaves the key at the smaller size for ``COOL_S``.
+
+A speed trick (docs/performance.md, rounds 8 and 15): the platform tier's hold without a round trip.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ HEADROOM = 8
 COOL_S = 1.0
 #: keys whose rate is tracked at most (a process serving more keys starts the count again)
 MAX_KEYS = 10_000
+#: a lease placed ahead holds the calls the key made in this share of ``use_s`` (at least ``calls``):
+#: long enough that a busy key places a few leases a second, short enough to park little credit
+GROWN_SHARE = 0.25
 
 Key = tuple[str, "str | None", "str | None"]
 
@@ -63,6 +72,9 @@ class Lease:
     hold: Hold
     left_micro: int
     use_until: float
+    #: when it was placed, and how many calls it served: the key's rate, for the size of the next one
+    placed_at: float = 0.0
+    granted: int = 0
     open_calls: set[str] = dataclasses.field(default_factory=set)
     retired: bool = False
     timer: asyncio.TimerHandle | None = None
@@ -73,6 +85,7 @@ class Lease:
 
     def grant(self, call_id: str, amount: int) -> Hold:
         self.left_micro -= amount
+        self.granted += 1
         self.open_calls.add(call_id)
         h = self.hold
         return Hold(call_id=call_id, org_id=h.org_id, member_id=h.member_id, tag=h.tag, amount_micro=amount,
@@ -86,16 +99,22 @@ class Leases:
     ``closed`` of every leased call's close and ``retire_all`` when it drains or stops, and returns
     (releases) each lease these answer with, after its calls' closes."""
 
-    def __init__(self, *, calls: int, after: int, on_retired: Any, use_s: float = USE_S) -> None:
+    def __init__(self, *, calls: int, after: int, on_retired: Any, use_s: float = USE_S,
+                 max_calls: int | None = None) -> None:
         self.calls = max(0, int(calls))
+        #: the largest lease placed ahead for a busy key (``calls``: every lease the same size)
+        self.max_calls = max(self.calls, int(max_calls) if max_calls is not None else self.calls)
         self.after = max(1, int(after))
         self.use_s = max(0.0, float(use_s))
         self._on_retired = on_retired  # called with the id of a lease to return, after its calls' closes
         self._serving: dict[Key, Lease] = {}
+        #: a lease placed ahead, serving once the key's serving lease is spent
+        self._next: dict[Key, Lease] = {}
         self._live: dict[str, Lease] = {}
         self._placing: dict[Key, asyncio.Future[None]] = {}
         self._rate: dict[Key, list[float]] = {}
         self._cool: dict[Key, float] = {}
+        self._no_growth: dict[Key, float] = {}  # a grown lease was refused: base size until then
         #: no lease is placed or served while set: the process cannot hear a request to return one
         #: (its change listener is not connected, :meth:`pause`)
         self.paused = False
@@ -115,23 +134,64 @@ class Leases:
             return None
         key = (org_id, member_id, tag)
         now = time.monotonic()
-        lease = self._serving.get(key)
+        lease = self._serving_lease(key, amount_micro, now)
         if lease is not None:
-            if now < lease.use_until and lease.left_micro >= amount_micro:
-                return lease.grant(call_id, amount_micro)
-            self.retire(lease)
+            return self._grant(svc, key, lease, call_id, amount_micro, now)
         if not self._busy(key, now) or self._cool.get(key, 0.0) > now:
             return None
-        pending = self._placing.get(key)
-        if pending is None:
-            # the placement runs on its own: a caller that goes away does not leave a lease nobody knows
-            pending = asyncio.ensure_future(self._place(svc, key, amount_micro))
-            self._placing[key] = pending
-        await asyncio.shield(pending)
-        lease = self._serving.get(key)
-        if lease is not None and time.monotonic() < lease.use_until and lease.left_micro >= amount_micro:
-            return lease.grant(call_id, amount_micro)
+        # at most twice: the placement under way may be a grown one the limits refuse (then one of the
+        # base size follows), or its lease spent by the calls that waited with this one
+        for _ in range(2):
+            pending = self._placing.get(key)
+            if pending is None:
+                pending = self._start_placing(svc, key, amount_micro, self.calls)
+            await asyncio.shield(pending)
+            now = time.monotonic()
+            lease = self._serving_lease(key, amount_micro, now)
+            if lease is not None:
+                return self._grant(svc, key, lease, call_id, amount_micro, now)
+            if self.paused or self._cool.get(key, 0.0) > now:
+                break
         return None
+
+    def _serving_lease(self, key: Key, amount_micro: int, now: float) -> Lease | None:
+        """The key's lease that can hold ``amount_micro`` now: the one serving, else the one placed ahead
+        (which serves once the one before it is retired); each spent or expired one met is retired."""
+        lease = self._serving.get(key)
+        while lease is not None:
+            if now < lease.use_until and lease.left_micro >= amount_micro:
+                return lease
+            self.retire(lease)
+            lease = self._serving.get(key)
+        return None
+
+    def _grant(self, svc: Any, key: Key, lease: Lease, call_id: str, amount_micro: int, now: float) -> Hold:
+        """The call's hold from ``lease``; once half of it is spent, the next one is placed ahead."""
+        hold = lease.grant(call_id, amount_micro)
+        if (lease.left_micro * 2 <= lease.hold.amount_micro and key not in self._next
+                and key not in self._placing and self._cool.get(key, 0.0) <= now):
+            self._start_placing(svc, key, amount_micro, self._ahead_size(key, lease, now))
+        return hold
+
+    def _ahead_size(self, key: Key, lease: Lease, now: float) -> int:
+        """Calls' worth of the lease placed ahead of ``lease``: the calls the key made in ``GROWN_SHARE`` of
+        ``use_s`` at the rate ``lease`` was spent, between ``calls`` and ``max_calls``."""
+        elapsed = now - lease.placed_at
+        if self.max_calls == self.calls or elapsed <= 0.0 or self._no_growth.get(key, 0.0) > now:
+            return self.calls
+        return max(self.calls, min(self.max_calls, int(lease.granted / elapsed * self.use_s * GROWN_SHARE)))
+
+    def _start_placing(self, svc: Any, key: Key, amount_micro: int, calls: int) -> asyncio.Future[None]:
+        # the placement runs on its own: a caller that goes away does not leave a lease nobody knows
+        pending = asyncio.ensure_future(self._place(svc, key, amount_micro, calls))
+        self._placing[key] = pending
+        return pending
+
+    async def placements(self) -> None:
+        """Wait for the placements under way, so a retire after this returns what they place too (a lease
+        placed ahead is no call's to wait for). Waiting does not cancel them."""
+        if self._placing:
+            await asyncio.wait(list(self._placing.values()))
 
     def _busy(self, key: Key, now: float) -> bool:
         """Has the key placed ``after`` holds within a second (counting this one)?"""
@@ -144,26 +204,33 @@ class Leases:
         window[1] += 1
         return window[1] >= self.after
 
-    async def _place(self, svc: Any, key: Key, amount_micro: int) -> None:
+    async def _place(self, svc: Any, key: Key, amount_micro: int, calls: int) -> None:
         org_id, member_id, tag = key
-        size = amount_micro * self.calls
+        size = amount_micro * calls
         try:
             try:
                 hold = await holds.place_lease(svc, lease_id=new_id("lse"), org_id=org_id, member_id=member_id,
                                                tag=tag, amount_micro=size, headroom_micro=size * HEADROOM)
             except TregError:
                 hold = None  # the calls place their own holds, and meet the database's own answer
+            now = time.monotonic()
             if hold is None:
                 self.refused += 1
-                self._cool[key] = time.monotonic() + COOL_S
-                if len(self._cool) > MAX_KEYS:
-                    self._cool.clear()
+                if calls > self.calls:  # too large for the limits' headroom: the key goes on at the base size
+                    self._no_growth[key] = now + COOL_S
+                    _bounded(self._no_growth)
+                else:
+                    self._cool[key] = now + COOL_S
+                    _bounded(self._cool)
                 return
             self.placed += 1
-            lease = Lease(hold, hold.amount_micro, time.monotonic() + self.use_s)
+            lease = Lease(hold, hold.amount_micro, now + self.use_s, placed_at=now)
             lease.timer = asyncio.get_running_loop().call_later(self.use_s, self.retire, lease)
             self._live[lease.id] = lease
-            self._serving[key] = lease
+            if key in self._serving:
+                self._next[key] = lease  # placed ahead: it serves once ``serving`` is spent
+            else:
+                self._serving[key] = lease
             if self.paused:  # paused while it was placed: returned at once, no call served from it
                 self.retire(lease)
         finally:
@@ -179,11 +246,16 @@ class Leases:
         key = (lease.hold.org_id, lease.hold.member_id, lease.hold.tag)
         if self._serving.get(key) is lease:
             del self._serving[key]
+            ahead = self._next.pop(key, None)
+            if ahead is not None:  # the lease placed ahead serves from here
+                self._serving[key] = ahead
+        elif self._next.get(key) is lease:
+            del self._next[key]
         if not lease.open_calls:
             self._hand_back(lease)
 
     def retire_all(self) -> None:
-        for lease in list(self._serving.values()):
+        for lease in [*self._serving.values(), *self._next.values()]:
             self.retire(lease)
 
     def pause(self) -> None:
@@ -201,7 +273,7 @@ class Leases:
         """Retire the leases of ``org_id`` (a call of that org was refused while credit was parked in
         leases: treg/money/holds.py); how many were serving."""
         mine = [lease for key, lease in self._serving.items() if key[0] == org_id]
-        for lease in mine:
+        for lease in [*mine, *(lease for key, lease in self._next.items() if key[0] == org_id)]:
             self.retire(lease)
         return len(mine)
 
@@ -218,3 +290,9 @@ class Leases:
         del self._live[lease.id]
         self.returned += 1
         self._on_retired(lease.id)
+
+
+def _bounded(until: dict[Key, float]) -> None:
+    """A per-key deadline table kept to ``MAX_KEYS`` (emptied past it: the keys start again)."""
+    if len(until) > MAX_KEYS:
+        until.clear()

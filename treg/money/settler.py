@@ -107,11 +107,11 @@ class Settler:
     """Holds closed in the background, in batches of one statement each (see the module doc)."""
 
     def __init__(self, db: Database, *, hold_ttl_s: float, retry_for_s: float = RETRY_FOR_S, lease_calls: int = 0,
-                 lease_after: int = 1, lease_s: float = USE_S) -> None:
+                 lease_after: int = 1, lease_s: float = USE_S, lease_max_calls: int | None = None) -> None:
         self._db = db
         # a lease serves well inside its own TTL, so its calls close long before the reaper may release it
         self.leases = Leases(calls=lease_calls, after=lease_after, on_retired=self._return_lease,
-                             use_s=min(lease_s, hold_ttl_s / 10))
+                             use_s=min(lease_s, hold_ttl_s / 10), max_calls=lease_max_calls)
         self._margin_s = min(INLINE_MARGIN_S, hold_ttl_s / 10)
         self.retry_for_s = retry_for_s
         self._queue: list[Close] = []
@@ -207,6 +207,7 @@ class Settler:
         """Wait until every close queued so far is written (or left to the reaper), this process's idle
         credit leases returned first: a read of the balance or of a call right after an answer sees its
         charge, and no credit parked here."""
+        await self.leases.placements()  # a lease placed ahead lands first, and is returned with the others
         self.leases.retire_all()
         if self._queue or not self._idle.is_set():
             self._hurry.set()
@@ -293,6 +294,7 @@ class Settler:
     async def stop(self) -> None:
         """Write what is queued, then stop; later closes run inline."""
         self._stopping = True
+        await self.leases.placements()
         self.leases.retire_all()  # idle leases returned with the last batch; the others after their calls
         self._wake.set()
         self._hurry.set()
