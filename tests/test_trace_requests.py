@@ -45,3 +45,44 @@ async def test_a_trace_that_would_carry_a_credential_is_refused_and_one_without_
             assert len(up.exchanges) == 2
         finally:
             await client.close()
+
+
+async def test_a_trace_asked_through_a_method_override_is_refused_when_it_would_carry_a_credential(make_app,
+                                                                                                    aiohttp_client):
+    """A framework that honours ``X-HTTP-Method-Override`` (or its kin, or a ``_method`` query parameter)
+    answers the request as the TRACE it names: with a credential injected it is refused as a TRACE is,
+    however the override is written; without one, or naming another method, it is relayed."""
+    async with raw_upstream(_echo) as up:
+        client = await aiohttp_client(make_app(ssrf_allow=("127.0.0.0/8",)))
+        org = await membership.create_org(client.app[SERVICES], slug="acme", email="o@acme.test")
+        gw = Gateway(client, org)
+        sid = await gw.secret(KEY)
+        await gw.tool("keyed", up.url + "/k", [{"location": "header", "name": "Authorization",
+                                                "format": "Bearer {secret}", "secret_id": sid}])
+        await gw.tool("open", up.url + "/o")
+        asks = [
+            ("", {"X-HTTP-Method-Override": "TRACE"}),
+            ("", {"x-http-method": "trace"}),
+            ("", {"X-Method-Override": "GET, Trace"}),
+            ("?_method=TRACE", {}),
+            ("?a=1&_METHOD=trace", {}),
+            ("?_m%65thod=%54RACE", {}),
+            ("?+_method=TRACE", {}),
+            ("?.method=TRACE", {}),
+        ]
+        try:
+            for query, headers in asks:
+                r = await gw.call("POST", f"/call/keyed/x{query}", headers=headers, data=b"{}")
+                body = await r.json()
+                assert r.status == 400 and body["error"] == "trace_not_relayed", (query, headers, body)
+                assert KEY not in await r.text()
+            assert up.exchanges == []  # none reached the upstream
+            for query, headers in [("", {"X-HTTP-Method-Override": "PUT"}), ("?_method=PATCH", {}),
+                                   ("?method=TRACE", {})]:  # another method, or a name no framework reads
+                assert (await gw.call("POST", f"/call/keyed/x{query}", headers=headers, data=b"{}")).status == 200
+            assert len(up.exchanges) == 3
+            for query, headers in asks[:4]:  # no credential: relayed as any override is
+                assert (await gw.call("POST", f"/call/open/x{query}", headers=headers, data=b"{}")).status == 200
+            assert len(up.exchanges) == 7
+        finally:
+            await client.close()
