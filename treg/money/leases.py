@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from typing import Any
 
@@ -49,6 +50,8 @@ from treg.errors import TregError
 from treg.ids import new_id
 from treg.money import holds
 from treg.money.holds import Hold
+
+log = logging.getLogger(__name__)
 
 #: seconds a lease serves new calls; after that its calls finish and it is returned
 USE_S = 1.0
@@ -184,6 +187,7 @@ class Leases:
     def _start_placing(self, svc: Any, key: Key, amount_micro: int, calls: int) -> asyncio.Future[None]:
         # the placement runs on its own: a caller that goes away does not leave a lease nobody knows
         pending = asyncio.ensure_future(self._place(svc, key, amount_micro, calls))
+        pending.add_done_callback(_unexpected)  # a placement ahead has no caller to see its failure
         self._placing[key] = pending
         return pending
 
@@ -296,3 +300,10 @@ def _bounded(until: dict[Key, float]) -> None:
     """A per-key deadline table kept to ``MAX_KEYS`` (emptied past it: the keys start again)."""
     if len(until) > MAX_KEYS:
         until.clear()
+
+
+def _unexpected(placement: asyncio.Future[None]) -> None:
+    """Log a placement that failed other than by the limits' or the database's answer (a bug: its calls
+    placed their own holds), and mark its error retrieved."""
+    if not placement.cancelled() and (exc := placement.exception()) is not None:
+        log.error("credit leases: a lease placement failed unexpectedly", exc_info=exc)
