@@ -40,13 +40,17 @@ class OrgCache(Generic[T]):
         self._data: dict[Hashable, tuple[float, str, T]] = {}
         self._epoch = 0
         self._inflight: dict[Hashable, asyncio.Future[T]] = {}
+        self.hits = 0
+        self.misses = 0
 
     def get(self, key: Hashable) -> T | None:
         if not self.enabled:
             return None
         item = self._data.get(key)
         if item is None or item[0] < time.monotonic():
+            self.misses += 1
             return None
+        self.hits += 1
         return item[2]
 
     def snapshot(self) -> int:
