@@ -283,12 +283,15 @@ async def test_sixteen_calls_on_credit_for_ten_across_two_leasing_processes_char
         await svc.db.close()
 
 
-async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, settings, tmp_path):
-    """Credit for 60 calls, 100 calls through two processes that both lease, 16 at a time each: never
-    more than 60 charged, every charge on the books exactly once, and nothing left held after both stop."""
+@pytest.mark.parametrize("credit, sent, max_calls", [(60, 100, LEASE_CALLS), (600, 700, 64)],
+                         ids=["fixed-size", "grown"])
+async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, settings, tmp_path, credit, sent, max_calls):
+    """Credit for ``credit`` calls, ``sent`` calls through two processes that both lease, 16 at a time each
+    (``grown``: leases placed ahead grow to 64 calls' worth): never more than the credit charged, every
+    charge on the books exactly once, and nothing left held after both stop."""
     async with raw_upstream() as up:
-        env = _leasing_env(tmp_path, dsn, settings, up.url)
-        org = await credited_org(env, "pair", 60 * PRICE)
+        env = _leasing_env(tmp_path, dsn, settings, up.url, TREG_MONEY_LEASE_MAX_CALLS=str(max_calls))
+        org = await credited_org(env, "pair", credit * PRICE)
         async with served_pair(env, tmp_path) as apis_ab:
             gates = {"a": asyncio.Semaphore(16), "b": asyncio.Semaphore(16)}
             apis = dict(zip("ab", apis_ab))
@@ -297,17 +300,18 @@ async def test_two_processes_leasing_one_balance_never_overspend_it(dsn, setting
                 side = "ab"[i % 2]
                 async with gates[side]:
                     return await apis[side].req("GET", f"/catalog/call/acme.items.get?item_id=p{i}", org["token"])
-            results = await asyncio.gather(*(one(i) for i in range(100)))
+            results = await asyncio.gather(*(one(i) for i in range(sent)))
     ok = [int(h["X-Treg-Cost-Micro"]) for status, _, h in results if status == 200]
     refused = [body["error"] for status, body, _ in results if status == 402]
-    assert len(ok) + len(refused) == 100 and set(refused) <= {"insufficient_balance"}
-    # at most the credit; at least what the leases still parked at the very end could not take
-    assert 60 - 2 * 2 * LEASE_CALLS <= len(ok) <= 60 and sum(ok) == len(ok) * PRICE
+    assert len(ok) + len(refused) == sent and set(refused) <= {"insufficient_balance"}
+    # at most the credit; at least what the leases still parked at the very end could not take (two a
+    # process: the one serving and the one placed ahead)
+    assert credit - 2 * 2 * max_calls <= len(ok) <= credit and sum(ok) == len(ok) * PRICE
     svc = await open_services(dsn, settings)
     try:
         books = await check_books(svc, org["org_id"])
         assert books["open"] == 0 and books["settled"] == len(ok) * PRICE
-        assert books["balance"] == (60 - len(ok)) * PRICE
+        assert books["balance"] == (credit - len(ok)) * PRICE
     finally:
         await svc.db.close()
 
