@@ -180,6 +180,11 @@ async def bench(opts: argparse.Namespace) -> dict[str, Any]:
                     by[("treg", c)]["p99_ms"] / by[("baseline", c)]["p99_ms"], 2) if by[("baseline", c)]["p99_ms"] else None
                 ratios[f"p999_treg_over_baseline_c{c}"] = round(
                     by[("treg", c)]["p999_ms"] / by[("baseline", c)]["p999_ms"], 2) if by[("baseline", c)]["p999_ms"] else None
+            lo, hi = min(concurrencies), max(concurrencies)
+            if lo != hi:  # how far each relay scales on this machine (the platform case's 4x is read beside it)
+                for name in ("baseline", "treg"):
+                    low = by[(name, lo)]["rps"]
+                    ratios[f"rps_{name}_c{hi}_over_c{lo}"] = round(by[(name, hi)]["rps"] / low, 2) if low else None
             result["ratios"] = ratios
             targets_met: dict[str, Any] = {}
             if 32 in concurrencies:

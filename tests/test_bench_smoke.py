@@ -92,5 +92,6 @@ def test_bench_tiny_run_prints_every_figure(dsn: str, tmp_path):
     text = "\n".join(lines[:-1])
     for word in ("direct", "baseline", "treg", "req/s", "p50 ms", "p99 ms", "rps_treg_over_baseline_c4",
                  "VmHWM", "p99.9 ms", "down CPU s/GiB", "slow streams:", "archive hits", "platform tier",
-                 "rps_platform_over_own_c4"):
+                 "rps_platform_over_own_c4", "rps_baseline_c4_over_c1", "rps_treg_c4_over_c1",
+                 "rps_platform_c4_over_c1", "rps_own_c4_over_c1"):
         assert word in text
