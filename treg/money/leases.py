@@ -64,6 +64,8 @@ MAX_KEYS = 10_000
 #: a lease placed ahead holds the calls the key made in this share of ``use_s`` (at least ``calls``):
 #: long enough that a busy key places a few leases a second, short enough to park little credit
 GROWN_SHARE = 0.25
+#: seconds a drain or a shutdown waits at most for the placements under way (:meth:`Leases.placements`)
+PLACEMENTS_WAIT_S = 5.0
 
 Key = tuple[str, "str | None", "str | None"]
 
@@ -191,11 +193,13 @@ class Leases:
         self._placing[key] = pending
         return pending
 
-    async def placements(self) -> None:
+    async def placements(self, timeout: float = PLACEMENTS_WAIT_S) -> None:
         """Wait for the placements under way, so a retire after this returns what they place too (a lease
-        placed ahead is no call's to wait for). Waiting does not cancel them."""
+        placed ahead is no call's to wait for); at most ``timeout`` seconds, as a database that does not
+        answer must not hold a drain or a shutdown (a lease placed later is returned by the next drain, or
+        released by the reaper when it expires). Waiting does not cancel them."""
         if self._placing:
-            await asyncio.wait(list(self._placing.values()))
+            await asyncio.wait(list(self._placing.values()), timeout=timeout)
 
     def _busy(self, key: Key, now: float) -> bool:
         """Has the key placed ``after`` holds within a second (counting this one)?"""
