@@ -22,7 +22,7 @@ from treg.call.bodies import buffer_body
 from treg.call.target import ensure_dials
 from treg.call.types import CallInput, PreparedRequest, ResolvedTarget
 from treg.context import Services
-from treg.domain.deny import effective_methods
+from treg.domain.deny import may_act_on
 from treg.errors import BadRequest, GatewayFailed
 from treg.infra import upstream
 from treg.infra.schema import INT_MAX
@@ -60,21 +60,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                              code="duplicate_json_key")
         seen[k] = v
     return seen
-
-
-def _asks_trace(method: str, headers: CIMultiDict[str], query: list[tuple[str, str | None]]) -> bool:
-    """TRACE on the request line, or named by a method override the upstream may honour (an
-    ``X-HTTP-Method-Override``, ``X-HTTP-Method`` or ``X-Method-Override`` header, a ``_method`` query
-    parameter, read as the deny rules read them: treg/domain/deny.py ``effective_methods``), which is the
-    same TRACE to a framework that honours it. Cheap first: a call without an override header, and whose
-    query names hold neither ``ethod`` nor a ``%`` (a ``_method`` written any way holds one), costs three
-    look-ups."""
-    if method.upper() == "TRACE":
-        return True
-    if not ("x-http-method-override" in headers or "x-http-method" in headers or "x-method-override" in headers
-            or any("%" in k or "ethod" in k.lower() for k, _ in query)):
-        return False
-    return "TRACE" in effective_methods(method, headers.items(), query)
 
 
 def _trace_refused() -> BadRequest:
@@ -120,7 +105,8 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         if value:  # every value to mask in evidence, raw and rendered
             values.append(value)
             values.append(binding.render(value))
-    if values and _asks_trace(inp.method, headers, out.query):
+    # TRACE on the request line, or asked by a method override the upstream may honour: the same echo
+    if values and may_act_on("TRACE", inp.method, headers, out.query):
         raise _trace_refused()
     if plan.needs_json:
         raw = await buffer_body(body, svc.settings.json_body_max_bytes)

@@ -192,8 +192,6 @@ def _close_params(closes: Sequence[Close]) -> dict[str, Any]:
                          for c in closes]}
 
 
-
-
 def _array_literals(params: dict[str, list[Any]]) -> dict[str, Any]:
     """``params`` with each array bound as one text value, PostgreSQL's array literal (``{"a","b"}``,
     ``{1,2}``), which the statement casts; or as they were when an id is not one of treg's own.
