@@ -22,6 +22,7 @@ import psycopg2
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_monotonic = time.monotonic
 CHANNEL = "treg_changes"
 
 
@@ -36,18 +37,28 @@ class OrgCache(Generic[T]):
         self.name = name
         self.ttl_s = ttl_s
         self.max_entries = max_entries
-        self.enabled = False  # only while the listener is connected
         self._data: dict[Hashable, tuple[float, str, T]] = {}
+        self._enabled = False  # only while the listener is connected
         self._epoch = 0
         self._inflight: dict[Hashable, asyncio.Future[T]] = {}
         self.hits = 0
         self.misses = 0
 
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        if not value:
+            self.clear()  # a cache holds nothing while off: :meth:`get` need not ask
+        self._enabled = value
+
     def get(self, key: Hashable) -> T | None:
-        if not self.enabled:
-            return None
+        # no ``enabled`` test on the hot path: switched off, the cache was emptied, and :meth:`put` stores
+        # nothing until it is on again, so a lookup misses
         item = self._data.get(key)
-        if item is None or item[0] < time.monotonic():
+        if item is None or item[0] < _monotonic():
             self.misses += 1
             return None
         self.hits += 1
@@ -110,7 +121,7 @@ class NullCache(OrgCache[T]):
     def __init__(self, name: str) -> None:
         super().__init__(name, ttl_s=0.0, max_entries=0)
 
-    @property  # type: ignore[override]
+    @property
     def enabled(self) -> bool:
         return False
 

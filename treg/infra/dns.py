@@ -124,6 +124,9 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         self._cache_size = cache_size
         self._verdicts: BoundedMemo[IPAddress, bool] = BoundedMemo(cache_size)
         self._names: BoundedMemo[str, tuple[str, tuple[IPAddress, ...] | None]] = BoundedMemo(cache_size)
+        #: a host that needs no DNS (numeric, localhost) → the addresses :meth:`vet` allowed: its answer cannot
+        #: change while the process runs (a refusal is never kept: it raises and logs each time)
+        self._fixed_vetted: BoundedMemo[str, tuple[IPAddress, ...]] = BoundedMemo(cache_size)
         self._inflight: dict[tuple[str, int], asyncio.Future[tuple[IPAddress, ...]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dns: dns.asyncresolver.Resolver | None
@@ -159,11 +162,15 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         :class:`~treg.errors.GatewayFailed` (502, ``dns_failed``) when the name does not resolve.
         With ``TREG_PROXY_SSRF_CHECK=0`` nothing is refused.
         """
+        vetted = self._fixed_vetted.get(host)
+        if vetted is not None:
+            return list(vetted)
         name, fixed = self._normalize(host)
-        if fixed is not None:
-            addrs = fixed
-        else:
-            addrs = await self._lookup(name)
+        if fixed is None:
+            return self._vetted(name, await self._lookup(name))
+        return list(self._fixed_vetted.put(host, tuple(self._vetted(name, fixed))))
+
+    def _vetted(self, name: str, addrs: tuple[IPAddress, ...]) -> list[IPAddress]:
         if not self._check:
             return list(addrs)
         refused = tuple(a for a in addrs if not self._allowed(a))
