@@ -91,6 +91,22 @@ async def _enabled(svc):
     return svc.caches.tools.enabled
 
 
+def test_a_cache_switched_off_holds_nothing_so_a_lookup_misses():
+    """``get`` does not ask whether the cache is on: switching it off empties it, and nothing is stored until
+    it is on again (a value kept from before a lost listener would be served stale)."""
+    from treg.cache import OrgCache
+
+    cache = OrgCache("t", ttl_s=30)
+    cache.enabled = True
+    cache.put("k", "v", org_id="org")
+    assert cache.get("k") == "v"
+    cache.enabled = False
+    assert cache.get("k") is None
+    cache.put("k", "v2", org_id="org")
+    cache.enabled = True
+    assert cache.get("k") is None
+
+
 async def test_a_load_racing_a_change_is_not_cached_and_misses_share_one_load():
     from treg.cache import OrgCache
 

@@ -113,6 +113,21 @@ async def test_numeric_hosts_never_reach_the_resolver_so_vet_is_their_guard(sess
         assert dns_server.queries == []
 
 
+async def test_a_numeric_hosts_verdict_is_kept_only_when_it_allows(resolver, dns_server):
+    """A host that needs no DNS is vetted once (its addresses cannot change), but a refusal is never kept:
+    it is refused, and logged, every time, in every spelling; a caller changing the list it got changes
+    nothing kept."""
+    for _ in range(3):
+        for spelling in ("127.0.0.2", "0x7f000002", "2130706434"):
+            with pytest.raises(SsrfRefused):
+                await resolver.vet(spelling)
+    first = await resolver.vet("127.0.0.1")
+    assert [str(a) for a in first] == ["127.0.0.1"]
+    first.clear()
+    assert [str(a) for a in await resolver.vet("127.0.0.1")] == ["127.0.0.1"]
+    assert dns_server.queries == []
+
+
 async def test_an_unresolvable_name_is_dns_failed_through_the_connector(session, dns_server):
     with pytest.raises(GatewayFailed) as info:
         await session.get("http://nowhere.test/")
