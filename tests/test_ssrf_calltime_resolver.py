@@ -128,6 +128,31 @@ async def test_a_numeric_hosts_verdict_is_kept_only_when_it_allows(resolver, dns
     assert dns_server.queries == []
 
 
+async def test_a_names_verdict_is_kept_only_for_the_answer_it_judged(tmp_path, dns_server):
+    """While a name's records are fresh, ``vet`` answers from the verdict on that very answer (no query, no
+    second judgement); once they expire, the new answer is judged: a name that moved inside is refused."""
+    now = [1000.0]
+    s = make_settings(tmp_path / "home", dns_nameservers=(dns_server.nameserver,), ssrf_allow=ALLOW_ONE)
+    r = VettingResolver(s, SsrfPolicy.from_settings(True, s.ssrf_allow), clock=lambda: now[0])
+    try:
+        dns_server.records["moving.test"] = [("127.0.0.1", 60)]
+        for _ in range(3):
+            assert [str(a) for a in await r.vet("moving.test")] == ["127.0.0.1"]
+        assert dns_server.count("moving.test", "A") == 1
+        dns_server.records["moving.test"] = [("127.0.0.2", 60)]
+        now[0] += 30  # still fresh: the answer judged before
+        assert [str(a) for a in await r.vet("moving.test")] == ["127.0.0.1"]
+        now[0] += 31  # expired: asked again, and the new answer refused, every time
+        for _ in range(2):
+            with pytest.raises(SsrfRefused):
+                await r.vet("moving.test")
+        dns_server.records["moving.test"] = [("127.0.0.1", 60)]
+        now[0] += 61
+        assert [str(a) for a in await r.vet("moving.test")] == ["127.0.0.1"]
+    finally:
+        await r.close()
+
+
 async def test_an_unresolvable_name_is_dns_failed_through_the_connector(session, dns_server):
     with pytest.raises(GatewayFailed) as info:
         await session.get("http://nowhere.test/")

@@ -126,8 +126,16 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         self._names: BoundedMemo[str, tuple[str, tuple[IPAddress, ...] | None]] = BoundedMemo(cache_size)
         #: a host that needs no DNS (numeric, localhost) → the addresses :meth:`vet` allowed: its answer cannot
         #: change while the process runs (a refusal is never kept: it raises and logs each time). A speed
-        #: trick: the policy's walk on every send cost ~8 k instructions a call (docs/performance.md, round 16)
+        #: trick, with the two memos below: the policy's walk on every send cost ~8 k instructions a call
+        #: (docs/performance.md, round 16)
         self._fixed_vetted: BoundedMemo[str, tuple[IPAddress, ...]] = BoundedMemo(cache_size)
+        #: the same for a name DNS answers, by the answer judged: (the very tuple :meth:`_lookup` returned,
+        #: the addresses allowed). A new answer (a refreshed or expired record) is a new tuple, judged again
+        self._answer_vetted: BoundedMemo[str, tuple[tuple[IPAddress, ...], tuple[IPAddress, ...]]] = \
+            BoundedMemo(cache_size)
+        #: name → (its A entry, its AAAA entry, their addresses joined): one tuple per pair of fresh records,
+        #: so the answer's identity says it is the one judged before
+        self._joined: BoundedMemo[str, tuple[_Entry, _Entry, tuple[IPAddress, ...]]] = BoundedMemo(cache_size)
         self._inflight: dict[tuple[str, int], asyncio.Future[tuple[IPAddress, ...]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dns: dns.asyncresolver.Resolver | None
@@ -167,9 +175,15 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         if vetted is not None:
             return list(vetted)
         name, fixed = self._normalize(host)
-        if fixed is None:
-            return self._vetted(name, await self._lookup(name))
-        return list(self._fixed_vetted.put(host, tuple(self._vetted(name, fixed))))
+        if fixed is not None:
+            return list(self._fixed_vetted.put(host, tuple(self._vetted(name, fixed))))
+        addrs = await self._lookup(name)
+        known = self._answer_vetted.get(name)
+        if known is not None and known[0] is addrs:  # this very answer was judged (and allowed) before
+            return list(known[1])
+        allowed = self._vetted(name, addrs)
+        self._answer_vetted.put(name, (addrs, tuple(allowed)))
+        return allowed
 
     def _vetted(self, name: str, addrs: tuple[IPAddress, ...]) -> list[IPAddress]:
         if not self._check:
@@ -242,7 +256,10 @@ class VettingResolver(aiohttp.abc.AbstractResolver):
         a, aaaa = self._cache.get((name, dns.rdatatype.A)), self._cache.get((name, dns.rdatatype.AAAA))
         if a is not None and aaaa is not None and now < a.expires and now < aaaa.expires:
             if a.addresses or aaaa.addresses:
-                return a.addresses + aaaa.addresses
+                joined = self._joined.get(name)
+                if joined is None or joined[0] is not a or joined[1] is not aaaa:
+                    joined = self._joined.put(name, (a, aaaa, a.addresses + aaaa.addresses))
+                return joined[2]
         results = await asyncio.gather(self._cached(name, dns.rdatatype.A), self._cached(name, dns.rdatatype.AAAA),
                                        return_exceptions=True)
         addrs: list[IPAddress] = []
