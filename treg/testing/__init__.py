@@ -5,7 +5,8 @@ fixtures of :mod:`treg.testing.pytest_plugin` with ``pytest_plugins = ["treg.tes
 in their top ``conftest.py``. Everything binds to 127.0.0.1 only. One module per concern; every name
 is importable from here:
 
-* ``databases``  — the test server, the template database, a private clone (or empty database) per test,
+* ``databases``  — the test server (its data in RAM where there is room: ``server_dir``), the template
+  database, a private clone (or empty database) per test, the next one cloned ahead (``TemplateClones``),
   one statement run from outside treg (``run_sql``);
 * ``settings``   — ``make_settings(home)`` for a treg under test;
 * ``services``   — ``open_services(dsn, settings)``: the domain services with no HTTP in front;
@@ -44,9 +45,9 @@ from treg.testing.client import HeaderLookup, RawReply, raw_exchange, raw_reques
 from treg.testing.clock import T0, Clock
 from treg.testing.closes import Closes, record_closes
 from treg.testing.dashboard import CSRF, FORM_TOKEN, login, login_form, own_origin, post_login, session_cookie
-from treg.testing.databases import (base_dsn, checkout_root, drop_template, dsn_for, empty_database,
-                                    fresh_database, hold_close_fault, prepare_template, run_sql, template_db,
-                                    test_home)
+from treg.testing.databases import (TemplateClones, base_dsn, checkout_root, drop_template, dsn_for,
+                                    empty_database, fresh_database, hold_close_fault, prepare_template, run_sql,
+                                    server_dir, template_db, test_home)
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
 from treg.testing.gateway import Gateway, add_member, audit_row, open_org, vendor_gateway
@@ -67,14 +68,14 @@ from treg.testing.upstreams import (ALLOW_ONE, BoundUpstream, Exchange, RawUpstr
 __all__ = [
     "ALLOW_ONE", "EXAMPLE_PLUGIN", "Api", "BoundUpstream", "CSRF", "FORM_TOKEN", "Clock", "Closes", "Events", "Exchange", "FakeDns",
     "Gateway", "HeaderLookup", "LEGACY", "META", "MODERN", "Mcp", "PROPAGATION_S", "ProviderPlugin",
-    "RawReply", "RawUpstream", "Responder", "SelfSigned", "Served", "T0", "add_member", "assert_clean_exits",
+    "RawReply", "RawUpstream", "Responder", "SelfSigned", "Served", "T0", "TemplateClones", "add_member", "assert_clean_exits",
     "assert_schema_matches", "assert_up_down_up", "audit_row", "base_dsn", "build_catalog_of", "call_input",
     "catalog_problems", "check_books", "checkout_root", "column_names", "contract_provider",
     "count_hold_closes", "credited_org", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider", "example_provider_env",
     "free_port", "fresh_database", "hold_close_fault", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",
     "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",
-    "run_cli", "run_sql", "run_treg", "self_signed", "serve_pair", "served_pair", "session_cookie",
+    "run_cli", "run_sql", "run_treg", "self_signed", "serve_pair", "served_pair", "server_dir", "session_cookie",
     "sixteen_calls_on_credit_for_ten", "stop_all", "table_names", "table_of",
     "template_db", "test_home", "treg_env", "upstream_pair", "vendor_gateway", "within"
 ]

@@ -33,7 +33,7 @@ from treg.settings import Settings
 from treg.testing.books import count_hold_closes
 from treg.testing.clock import Clock
 from treg.testing.closes import Closes, record_closes
-from treg.testing.databases import base_dsn, drop_template, fresh_database, prepare_template
+from treg.testing.databases import TemplateClones, base_dsn, drop_template, prepare_template
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
 from treg.testing.gateway import Gateway
@@ -57,10 +57,18 @@ def pg_base() -> Iterator[str]:
     drop_template(base)
 
 
+@pytest.fixture(scope="session")
+def template_clones(pg_base: str) -> Iterator[TemplateClones]:
+    """The session's test databases, the next one cloned ahead while a test runs."""
+    clones = TemplateClones(pg_base)
+    yield clones
+    clones.close()
+
+
 @pytest.fixture
-def dsn(pg_base: str) -> Iterator[str]:
+def dsn(template_clones: TemplateClones) -> Iterator[str]:
     """A private database of this test, cloned from the template (dropped after the test)."""
-    with fresh_database(pg_base) as d:
+    with template_clones.database() as d:
         yield d
 
 
