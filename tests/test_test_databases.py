@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import psycopg2
 import psycopg2.extensions
 import pytest
 
 from treg import testing
-from treg.testing import TemplateClones, databases, run_sql, server_dir
+from treg.testing import TemplateClones, claim_ram_folder, databases, run_sql, server_dir
 
 
 def _name(dsn: str) -> str:
@@ -48,6 +49,35 @@ def test_another_home_has_another_folder_in_ram(tmp_path, monkeypatch):
     a = server_dir(ram, room=1)
     monkeypatch.setattr(databases, "test_home", lambda: tmp_path / "b")
     assert server_dir(ram, room=1) != a
+
+
+def test_a_deleted_checkouts_data_in_ram_is_removed_and_no_other(tmp_path):
+    ram = tmp_path / "shm"
+    uid = os.getuid()
+
+    def folder(name: str, home: Path | None, pid: int | None = None) -> Path:
+        f = ram / name
+        (f / "pg").mkdir(parents=True)
+        if home is not None:
+            (f / "home").write_text(str(home))
+        if pid is not None:
+            (f / "pg" / "postmaster.pid").write_text(f"{pid}\n/data\n")
+        return f
+
+    kept_checkout = tmp_path / "checkout"
+    (kept_checkout / ".test-home").mkdir(parents=True)
+    gone = tmp_path / "deleted-checkout" / ".test-home"  # its checkout never existed (deleted)
+    live = folder(f"treg-test-{uid}-live", kept_checkout / ".test-home")
+    dead = folder(f"treg-test-{uid}-dead", gone)
+    running = folder(f"treg-test-{uid}-running", gone, pid=os.getpid())  # a server still up: left alone
+    stale_pid = folder(f"treg-test-{uid}-stale", gone, pid=2 ** 22 + 1)  # above pid_max: long gone
+    unnoted = folder(f"treg-test-{uid}-unnoted", None)
+    someone_elses = folder(f"treg-test-{uid + 1}-x", gone)
+    mine = ram / f"treg-test-{uid}-mine"
+    claim_ram_folder(mine, kept_checkout / ".test-home")
+    assert (mine / "home").read_text() == str((kept_checkout / ".test-home").resolve())
+    assert {p.name for p in ram.iterdir()} == {p.name for p in (live, running, unnoted, someone_elses, mine)}
+    assert not dead.exists() and not stale_pid.exists()
 
 
 def test_each_test_gets_a_fresh_clone_and_the_next_is_made_ahead(pg_base):

@@ -45,9 +45,9 @@ from treg.testing.client import HeaderLookup, RawReply, raw_exchange, raw_reques
 from treg.testing.clock import T0, Clock
 from treg.testing.closes import Closes, record_closes
 from treg.testing.dashboard import CSRF, FORM_TOKEN, login, login_form, own_origin, post_login, session_cookie
-from treg.testing.databases import (TemplateClones, base_dsn, checkout_root, drop_template, dsn_for,
-                                    empty_database, fresh_database, hold_close_fault, prepare_template, run_sql,
-                                    server_dir, template_db, test_home)
+from treg.testing.databases import (TemplateClones, base_dsn, checkout_root, claim_ram_folder, drop_template,
+                                    dsn_for, empty_database, fresh_database, hold_close_fault, prepare_template,
+                                    run_sql, server_dir, template_db, test_home)
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
 from treg.testing.gateway import Gateway, add_member, audit_row, open_org, vendor_gateway
@@ -70,7 +70,7 @@ __all__ = [
     "Gateway", "HeaderLookup", "LEGACY", "META", "MODERN", "Mcp", "PROPAGATION_S", "ProviderPlugin",
     "RawReply", "RawUpstream", "Responder", "SelfSigned", "Served", "T0", "TemplateClones", "add_member", "assert_clean_exits",
     "assert_schema_matches", "assert_up_down_up", "audit_row", "base_dsn", "build_catalog_of", "call_input",
-    "catalog_problems", "check_books", "checkout_root", "column_names", "contract_provider",
+    "catalog_problems", "check_books", "checkout_root", "claim_ram_folder", "column_names", "contract_provider",
     "count_hold_closes", "credited_org", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider", "example_provider_env",
     "free_port", "fresh_database", "hold_close_fault", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",

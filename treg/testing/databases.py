@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import os
 import secrets as pysecrets
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
@@ -78,13 +79,42 @@ def _has_room(root: Path, room: int) -> bool:
     return os.access(root, os.W_OK) and fs.f_bavail * fs.f_frsize >= room
 
 
+def claim_ram_folder(folder: Path, home: Path) -> None:
+    """Note in ``folder`` (a :func:`server_dir` in RAM, without its ``pg``) the home it serves, and remove
+    this user's other such folders whose checkout is gone and whose server is not running: a deleted
+    checkout's test data would otherwise hold RAM until the next reboot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "home").write_text(str(home.resolve()))
+    for other in folder.parent.glob(f"treg-test-{os.getuid()}-*"):
+        if other == folder:
+            continue
+        try:
+            served = Path((other / "home").read_text())
+        except OSError:
+            continue  # not noted: not ours to judge
+        if served.parent.exists() or _running(other / "pg"):
+            continue
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def _running(pg_dir: Path) -> bool:
+    try:
+        pid = int((pg_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return Path(f"/proc/{pid}").exists()
+
+
 def base_dsn() -> str:
     """The maintenance DSN of the test server: TREG_TEST_DATABASE_URL, else the embedded server
     (:func:`server_dir`)."""
     url = os.environ.get("TREG_TEST_DATABASE_URL")
     if url:
         return url
-    return embedded_pg.start(server_dir()).base_dsn
+    pg_dir = server_dir()
+    if pg_dir.parent.parent == _RAM_ROOT:
+        claim_ram_folder(pg_dir.parent, test_home())
+    return embedded_pg.start(pg_dir).base_dsn
 
 
 def dsn_for(base: str, dbname: str) -> str:
