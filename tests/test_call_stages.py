@@ -92,3 +92,21 @@ def test_bounded_memo_stays_bounded_and_keeps_no_failure():
     assert made == ["1", "x", "x"] and parse.cache_info().currsize == 1
     parse("2"), parse("3")
     assert parse.cache_info().currsize <= 2
+
+
+@pytest.mark.parametrize(("headers", "has_type", "has_server"), [
+    ([], False, False),
+    ([("Content-TYPE", "text/plain"), ("SERVER", "up")], True, True),
+    ([("X-Content-Type", "a"), ("Server-Timing", "b"), ("x-server", "c")], False, False),
+    ([("content-type-options", "a"), ("a", "content-type"), ("Cache-Control", "private")], False, False),
+    ([("Date", "d"), ("server", "up"), ("Content-Length", "3")], False, True),
+])
+def test_an_answer_in_hand_knows_which_defaults_its_headers_already_have(headers, has_type, has_server):
+    """A relayed answer in hand gets no Content-Type or Server header from the edge unless the upstream
+    sent none: the names are read exactly, a name that only contains one is another name."""
+    from treg.call.state import CallOutcome
+
+    out = CallOutcome.whole_answer(200, headers, b"abc", lambda sent, exc: None)
+    assert (out.has_content_type, out.has_server) == (has_type, has_server)
+    mine = CallOutcome.whole_answer(200, headers, b"abc", lambda sent, exc: None, relayed=False)
+    assert (mine.has_content_type, mine.has_server) == (True, True)
