@@ -58,6 +58,7 @@ def test_a_deleted_checkouts_data_in_ram_is_removed_and_no_other(tmp_path):
     def folder(name: str, home: Path | None, pid: int | None = None) -> Path:
         f = ram / name
         (f / "pg").mkdir(parents=True)
+        f.chmod(0o755)  # whatever the umask: a folder only its owner writes in
         if home is not None:
             (f / "home").write_text(str(home))
         if pid is not None:
@@ -73,10 +74,13 @@ def test_a_deleted_checkouts_data_in_ram_is_removed_and_no_other(tmp_path):
     stale_pid = folder(f"treg-test-{uid}-stale", gone, pid=2 ** 22 + 1)  # above pid_max: long gone
     unnoted = folder(f"treg-test-{uid}-unnoted", None)
     someone_elses = folder(f"treg-test-{uid + 1}-x", gone)
+    open_to_all = folder(f"treg-test-{uid}-open", gone)  # named like ours, but anyone could have made it
+    open_to_all.chmod(0o777)
     mine = ram / f"treg-test-{uid}-mine"
     claim_ram_folder(mine, kept_checkout / ".test-home")
     assert (mine / "home").read_text() == str((kept_checkout / ".test-home").resolve())
-    assert {p.name for p in ram.iterdir()} == {p.name for p in (live, running, unnoted, someone_elses, mine)}
+    assert {p.name for p in ram.iterdir()} == {p.name for p in (live, running, unnoted, someone_elses, open_to_all,
+                                                               mine)}
     assert not dead.exists() and not stale_pid.exists()
 
 
@@ -136,3 +140,23 @@ def test_close_drops_every_database_of_the_session(pg_base, kept):
     assert name not in _ours(pg_base) and not _ours(pg_base) - before
     if kept:
         held.__exit__(None, None, None)  # the test ends after the session: nothing left to drop, no error
+
+
+def test_a_folder_in_ram_is_used_only_when_it_is_this_users_own(tmp_path):
+    """/dev/shm is shared by every user of the machine, and the folder's name can be worked out: one made
+    first by someone else, or one anyone may write in, or a link, is not where the test server starts."""
+    fresh = tmp_path / "fresh"
+    assert databases._ours(fresh) and fresh.is_dir()
+    assert databases._ours(fresh)  # again: it is there, and ours
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    assert not databases._ours(open_to_all)
+    link = tmp_path / "link"
+    link.symlink_to(fresh)
+    assert not databases._ours(link)
+    if os.getuid() == 0:  # only root can give a folder away
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        assert not databases._ours(theirs)

@@ -10,6 +10,7 @@ import hashlib
 import os
 import secrets as pysecrets
 import shutil
+import stat
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
@@ -86,7 +87,7 @@ def claim_ram_folder(folder: Path, home: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "home").write_text(str(home.resolve()))
     for other in folder.parent.glob(f"treg-test-{os.getuid()}-*"):
-        if other == folder:
+        if other == folder or not _owned(other):  # only this user's own folders are judged
             continue
         try:
             served = Path((other / "home").read_text())
@@ -113,8 +114,31 @@ def base_dsn() -> str:
         return url
     pg_dir = server_dir()
     if pg_dir.parent.parent == _RAM_ROOT:
-        claim_ram_folder(pg_dir.parent, test_home())
+        if _ours(pg_dir.parent):
+            claim_ram_folder(pg_dir.parent, test_home())
+        else:  # another user made it first (a shared /dev/shm): never start a server in their folder
+            pg_dir = test_home() / "pg"
     return embedded_pg.start(pg_dir).base_dsn
+
+
+def _ours(folder: Path) -> bool:
+    """``folder`` exists now as a real folder of this user's that no one else may write in (made here when
+    missing; the server's own user must still pass through it, so it is not private)."""
+    try:
+        folder.mkdir(mode=0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return _owned(folder)
+
+
+def _owned(folder: Path) -> bool:
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def dsn_for(base: str, dbname: str) -> str:
