@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time as clock
+from collections import deque
 from typing import Any, ClassVar
 
 import orjson
@@ -87,7 +88,7 @@ class AccessSink:
         self._prefix = f" INFO {logger}: "
         self._text_time = logs.Formatter(logs.FORMAT)
         self._json_time = logs.JsonFormatter()
-        self._kept: list[Entry] = []
+        self._kept: deque[Entry] = deque()
         console.add_source(self.take)
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> None:
@@ -100,24 +101,25 @@ class AccessSink:
                   response.body_length, seconds, call_id, caller, client))
 
     def add(self, entry: Entry) -> None:
-        # under the console's lock: a thread draining (an executor's log line) may take the list between
-        # reading ``self._kept`` and appending to it, and a line appended to a list already written is lost
-        with self._console.lock:
-            self._kept.append(entry)
-            full = len(self._kept) >= LINES_MAX
-        if full:
+        # no lock: a deque's append is atomic, and :meth:`take` pops only the lines there when it looked,
+        # so a line appended while a thread drains (an executor's log line) waits for the next batch, never
+        # lost (the console's lock here cost ~1.5 k instructions a request: docs/performance.md, round 16)
+        kept = self._kept
+        kept.append(entry)
+        if len(kept) >= LINES_MAX:
             self._console.drain()
         else:
             self._console.later()
 
     def take(self) -> str:
         """The kept lines' text, forgotten here (the console calls it before writing anything else)."""
-        with self._console.lock:
-            kept, self._kept = self._kept, []
-        if not kept:
+        kept = self._kept
+        with self._console.lock:  # one taker at a time: each pops exactly the lines it counted
+            entries = [kept.popleft() for _ in range(len(kept))]
+        if not entries:
             return ""
         line = self._json_line if self._json else self._text_line
-        return "".join([line(entry) for entry in kept])
+        return "".join([line(entry) for entry in entries])
 
     def _text_line(self, entry: Entry) -> str:
         created, method, path, status, size, seconds, _, _, _ = entry
@@ -156,12 +158,11 @@ class AccessLogger(AbstractAccessLogger):
     @classmethod
     def writing_to(cls, sink: AccessSink | None) -> type[AccessLogger]:
         """The access logger class for a runner whose lines go to ``sink`` (aiohttp takes a class)."""
-        return cls if sink is None else type(cls.__name__, (cls,), {"sink": sink})
+        # the sink's own bound ``log`` as the class's: a bound method is no descriptor, so aiohttp's call
+        # goes straight to the sink, one frame fewer a request
+        return cls if sink is None else type(cls.__name__, (cls,), {"sink": sink, "log": sink.log})
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        if self.sink is not None:
-            self.sink.log(request, response, time)
-            return
         # the raw path as the caller sent it: no URL object decoded for a line
         method, path, status, size = request.method, logged_path(request.raw_path), response.status, response.body_length
         call_id, caller = response.headers.get(CALL_ID), logs.CALLER.get()
