@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time as clock
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -103,7 +103,7 @@ class AccessSink:
     def add(self, entry: Entry) -> None:
         # no lock: a deque's append is atomic, and :meth:`take` pops only the lines there when it looked,
         # so a line appended while a thread drains (an executor's log line) waits for the next batch, never
-        # lost (the console's lock here cost ~1.5 k instructions a request: docs/performance.md, round 16)
+        # lost (the console's lock here cost ~1.5 k instructions a request: docs/performance.md, rounds 13 and 16)
         kept = self._kept
         kept.append(entry)
         if len(kept) >= LINES_MAX:
@@ -150,17 +150,15 @@ def fields(method: str, path: str, status: int, size: int, seconds: float, call_
 
 
 class AccessLogger(AbstractAccessLogger):
-    """aiohttp's access logger (one per connection): the line to ``sink`` when the runner has one
-    (:meth:`writing_to`), else a record handed to logging."""
-
-    sink: ClassVar[AccessSink | None] = None
+    """aiohttp's access logger (one per connection): a record handed to logging; the class
+    :meth:`writing_to` makes for a runner with an :class:`AccessSink` hands the line to the sink instead."""
 
     @classmethod
     def writing_to(cls, sink: AccessSink | None) -> type[AccessLogger]:
         """The access logger class for a runner whose lines go to ``sink`` (aiohttp takes a class)."""
         # the sink's own bound ``log`` as the class's: a bound method is no descriptor, so aiohttp's call
         # goes straight to the sink, one frame fewer a request
-        return cls if sink is None else type(cls.__name__, (cls,), {"sink": sink, "log": sink.log})
+        return cls if sink is None else type(cls.__name__, (cls,), {"log": sink.log})
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         # the raw path as the caller sent it: no URL object decoded for a line
