@@ -23,7 +23,7 @@ def _postgres_running(home: Path) -> bool:
         pid = int(pid_file.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return False
-    return embedded_pg._alive(pid)
+    return embedded_pg.process_alive(pid)
 
 
 def _wait_stopped(home: Path, timeout: float = 20) -> bool:

@@ -77,7 +77,8 @@ def _uri_to_dsn(uri: str) -> str:
 HANDLES = ".handle_pids.json"
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -96,7 +97,7 @@ def drop_dead_handles(pg_dir: Path, lock: Any) -> list[int]:
             pids = [int(p) for p in json.loads(path.read_text())]
         except (OSError, ValueError, TypeError):
             return []  # no list yet (or unreadable: pgserver rewrites it)
-        alive = [p for p in pids if p == os.getpid() or _alive(p)]
+        alive = [p for p in pids if p == os.getpid() or process_alive(p)]
         if alive != pids:
             log.info("embedded PostgreSQL: dropped %d dead user(s) from %s", len(pids) - len(alive), path)
             path.write_text(json.dumps(alive))

@@ -103,7 +103,7 @@ def _running(pg_dir: Path) -> bool:
         pid = int((pg_dir / "postmaster.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return False
-    return Path(f"/proc/{pid}").exists()
+    return embedded_pg.process_alive(pid)
 
 
 def base_dsn() -> str:
@@ -229,7 +229,7 @@ def drop_template(base: str) -> None:
 def fresh_database(base: str) -> Iterator[str]:
     """A private database cloned from the template (each test isolated), dropped afterwards. Cloned when
     asked; the ``dsn`` fixture's :class:`TemplateClones` has the next one ready instead."""
-    with _private_database(base, f' TEMPLATE "{template_db()}"') as dsn:
+    with _private_database(base, _from_template()) as dsn:
         yield dsn
 
 
@@ -238,6 +238,11 @@ def empty_database(base: str) -> Iterator[str]:
     """A database with nothing in it (a migration test upgrades it itself), dropped afterwards."""
     with _private_database(base, "") as dsn:
         yield dsn
+
+
+def _from_template() -> str:
+    """``CREATE DATABASE``'s options for a clone of this session's template."""
+    return f' TEMPLATE "{template_db()}"'
 
 
 def _private_name() -> str:
@@ -292,7 +297,7 @@ class TemplateClones:
     def _clone(self) -> str:
         name = _private_name()
         self._made.add(name)  # first: a CREATE that fails after its database exists still leaves it to close()
-        _create(self.base, name, f' TEMPLATE "{template_db()}"')
+        _create(self.base, name, _from_template())
         return name
 
     def _drop(self, name: str) -> None:
