@@ -37,8 +37,8 @@ ARCHITECTURE = CHECKOUT / "docs" / "architecture.md"
 #: (layer, the modules and packages in it), lowest first; docs/architecture.md "Layers" is this table
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("values", ("treg", "treg.errors", "treg.ids", "treg.frozen", "treg.memo", "treg.events", "treg.jsonpath",
-                "treg.http_grammar", "treg.uri_grammar", "treg.link_grammar", "treg.names", "treg.query",
-                "treg.forwarded", "treg.periodic",
+                "treg.json_text", "treg.http_grammar", "treg.uri_grammar", "treg.link_grammar", "treg.names",
+                "treg.query", "treg.forwarded", "treg.periodic",
                 "treg.logs", "treg.identity", "treg.bindings", "treg.redaction", "treg.spool_budget",
                 "treg.call_record", "treg.hold", "treg.origin", "treg.settings", "treg.cookie_names", "treg.domain")),
     ("infra", ("treg.infra", "treg.cache")),

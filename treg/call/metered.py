@@ -20,13 +20,12 @@ copy is decoded (:mod:`treg.call.encodings`, bounded) so a compressed answer set
 from __future__ import annotations
 
 import asyncio
-import json
 import tempfile
 import weakref
 from dataclasses import dataclass
 from typing import IO, Any, AsyncIterator, Iterable, Sequence
 
-from treg import jsonpath
+from treg import json_text, jsonpath
 from treg.call import encodings
 from treg.call.bodies import read_bounded
 from treg.errors import GatewayFailed
@@ -183,9 +182,9 @@ async def spool_evidence(spooled: Spooled, paths: Iterable[str], applied: Sequen
                 decoded = encodings.decode(spooled.file.read(), list(applied), SPOOL_MAX)
                 if decoded is None:
                     return None
-                doc = json.loads(decoded)
+                doc = json_text.parse(decoded)
             else:
-                doc = json.load(spooled.file)
+                doc = json_text.parse_file(spooled.file)
         except (ValueError, UnicodeDecodeError):
             return None
         return _keep_paths(doc, paths)
@@ -210,6 +209,6 @@ async def answer_evidence(data: bytes, headers: Sequence[tuple[str, str]] = (), 
             return None
         data = decoded
     try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        return json_text.parse(data)
+    except ValueError:  # not JSON, not text, or nested too deeply (treg/json_text.py): no evidence
         return None

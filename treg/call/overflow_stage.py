@@ -24,7 +24,6 @@ transaction, and the aggregator's run happens between them.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -32,7 +31,7 @@ from urllib.parse import unquote, unquote_plus
 
 from sqlalchemy import select
 
-from treg import money
+from treg import json_text, money
 from treg.call import capacity_stage, demo, evidence
 from treg.call.record import answered, audit
 from treg.call.state import CallOutcome, CallState
@@ -161,8 +160,8 @@ def _overflow_input(state: "CallState") -> OverflowInput | None:
     body: Any = None
     if raw:
         try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+            body = json_text.parse(raw)
+        except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
             return None
     # the same checks the call already passed: they give the slots and the query without the slots
     checked = check_request(t.catalog.endpoint, method=inp.method, query=split_query(inp.raw_query), body=raw)

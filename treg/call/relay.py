@@ -10,12 +10,12 @@ A JSON binding is the one exception that buffers and reserializes the body.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
+from treg import json_text
 from treg.bindings import Binding, OutgoingRequest, compile_plan
 from treg.call import headers as hdr
 from treg.call.bodies import buffer_body
@@ -70,6 +70,13 @@ def _trace_refused() -> BadRequest:
                       code="trace_not_relayed")
 
 
+def _too_deep() -> BadRequest:
+    # Python's parser and writer recurse: a body nested deeper than they can go from here is refused,
+    # not a 500 (treg/json_text.py)
+    return BadRequest("this tool injects into a JSON body, and the body is nested too deeply to read and rewrite",
+                      code="invalid_json_body")
+
+
 async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTarget) -> PreparedRequest:
     # the caller's headers as sent: no Accept-Encoding is added (one the caller did not send says "any
     # coding" to the upstream, as it would have directly; the relay passes the coded bytes through, and
@@ -112,13 +119,12 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
         raw = await buffer_body(body, svc.settings.json_body_max_bytes)
         if raw.strip():
             try:
-                parsed = json.loads(raw, object_pairs_hook=_reject_duplicates)
+                parsed = json_text.parse(raw, object_pairs_hook=_reject_duplicates)
             except BadRequest:
                 raise
-            except RecursionError as exc:  # nested deeper than Python's parser recurses: not a 500
-                raise BadRequest("this tool injects into a JSON body, and the body is nested too deeply to parse",
-                                 code="invalid_json_body") from exc
-            except (ValueError, UnicodeDecodeError) as exc:
+            except json_text.TooDeep as exc:
+                raise _too_deep() from exc
+            except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
                 raise BadRequest(f"this tool injects into a JSON body, and the body is not JSON: {exc}",
                                  code="invalid_json_body") from exc
             if not isinstance(parsed, dict):
@@ -135,7 +141,10 @@ async def prepare(svc: Services, org_id: str, inp: CallInput, target: ResolvedTa
                                 blame="org_connection") from exc
     body_kept = isinstance(body, bytes)
     if out.json_body is not None:
-        body = json.dumps(out.json_body, ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            body = json_text.dumps(out.json_body, ensure_ascii=False, separators=(",", ":")).encode()
+        except json_text.TooDeep as exc:
+            raise _too_deep() from exc
         headers["Content-Length"] = str(len(body))
         if "content-type" not in headers:
             headers["Content-Type"] = "application/json"

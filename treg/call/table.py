@@ -130,7 +130,7 @@ def _make(svc: Services, state: CallState, data: bytes, headers: list[tuple[str,
         return None
     try:
         doc = tables.parse(decoded)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except ValueError:  # not JSON, not text, or nested too deeply (treg/json_text.py)
         return None
     return tables.make_table(spec, doc, svc.settings.table_max_rows)
 

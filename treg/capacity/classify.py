@@ -7,13 +7,13 @@ touches the database or the network. ``body_head`` is the first bytes of the ans
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Iterable, Mapping
 
+from treg import json_text
 from treg.capacity.signatures import STRIKING, Signature, SignatureRegistry
 from treg.jsonpath import MISSING as _MISSING, dig
 
@@ -136,8 +136,8 @@ class _Answer:
         if not self._json_done:
             self._json_done = True
             try:
-                self._json = json.loads(self.body_head)
-            except (ValueError, UnicodeDecodeError):
+                self._json = json_text.parse(self.body_head)
+            except ValueError:  # not JSON, or nested too deeply (json_text)
                 self._json = _MISSING
         return self._json
 

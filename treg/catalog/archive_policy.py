@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 from urllib.parse import unquote_plus
 
+from treg import json_text
 from treg.bindings import Binding
 from treg.catalog.descriptors import is_int, open_descriptor
 
@@ -87,8 +88,8 @@ def _body_digest(body: bytes, json_fields: frozenset[str]) -> str:
     if json_fields and body.strip():
         # a JSON binding overwrites these fields: what the caller put there never reaches the vendor
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            doc = json_text.parse(body)
+        except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
             doc = None
         if isinstance(doc, dict):
             kept = {k: v for k, v in doc.items() if k not in json_fields}

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 from urllib.parse import unquote_plus
 
+from treg import json_text
 from treg.catalog.errors import InvalidParameters, MethodNotAllowed
 from treg.catalog.load import matches_json, matches_text
 from treg.catalog.model import Endpoint, Param
@@ -74,11 +75,11 @@ def parse_json_object(body: bytes | None, endpoint: Endpoint) -> dict[str, Any]:
     if body is None or not body.strip():
         return {}
     try:
-        data = json.loads(body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        data = json_text.parse(body, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _DuplicateKey as exc:
         raise InvalidParameters(f"the JSON body repeats the key {exc.args[0]!r}; {endpoint.id} needs each field "
                                 "once", parameter=exc.args[0]) from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not text, or nested too deeply (treg/json_text.py)
         raise InvalidParameters(f"{endpoint.id} needs a JSON object body; this one does not parse: {exc}") from exc
     if not isinstance(data, dict):
         raise InvalidParameters(f"{endpoint.id} needs a JSON object body, not a JSON {type(data).__name__}")

@@ -20,13 +20,13 @@ the call rather than guess (``deny_body_uninspectable``): a rule is never easier
 
 from __future__ import annotations
 
-import json
 from email import policy
 from email.parser import BytesParser
 from email.utils import collapse_rfc2231_value
 from typing import Any, Iterable
 from urllib.parse import unquote_to_bytes
 
+from treg import json_text
 from treg.domain.deny import override_name
 
 FORM, MULTIPART, JSON = "form", "multipart", "json"
@@ -109,8 +109,8 @@ class _Pairs(list):  # type: ignore[type-arg]
 
 def _json(content_type: str | None, body: bytes) -> list[str]:
     try:
-        data: Any = json.loads(body, object_pairs_hook=_Pairs)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        data: Any = json_text.parse(body, object_pairs_hook=_Pairs)
+    except ValueError:  # not JSON, not text, or nested too deeply (treg/json_text.py)
         return []  # not JSON: Laravel reads no input from it either
     if not isinstance(data, _Pairs):
         return []

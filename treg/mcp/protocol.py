@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
+
+from treg import json_text
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +149,10 @@ class _Headers:
 
 def _parse(body: bytes) -> dict[str, Any]:
     try:
-        msg = json.loads(body)
-    except RecursionError as exc:
+        msg = json_text.parse(body)
+    except json_text.TooDeep as exc:
         raise RpcError(PARSE_ERROR, "the JSON body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise RpcError(PARSE_ERROR, f"the body is not valid JSON: {exc}") from exc
     if isinstance(msg, list):
         raise RpcError(INVALID_REQUEST, "JSON-RPC batches are not supported: send one message per POST")

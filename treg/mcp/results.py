@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from treg import json_text
 from treg.errors import TregError
 
 
@@ -68,9 +69,13 @@ def _body_value(answer: Answer, limit: int) -> tuple[Any, str]:
                                  "base64 in structuredContent.body]")
     if not answer.truncated:
         try:
-            return json.loads(text), text
-        except ValueError:
+            doc = json_text.parse(text)
+        except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
             pass
+        else:
+            # nested deeper than a structure treg gives back (api.md's 64 levels): the text says it all
+            if not json_text.nested_deeper(doc):
+                return doc, text
     return text, text
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 from urllib.parse import quote
 
+from treg import json_text
 from treg.call.types import CallInput
 from treg.catalog.model import Endpoint
 from treg.catalog.registry import CatalogRegistry
@@ -278,8 +279,8 @@ def _is_json(text: str) -> bool:
     if not stripped or stripped[0] not in "[{":
         return False
     try:
-        json.loads(stripped)
-    except ValueError:
+        json_text.parse(stripped)
+    except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
         return False
     return True
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -20,6 +19,7 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
+from treg import json_text
 from treg.context import Services
 from treg.errors import TregError
 from treg.infra.dns import unwrap_treg_error
@@ -105,8 +105,8 @@ def _parse(status: int, data: bytes) -> dict[str, Any]:
     if len(data) > ANSWER_MAX:
         raise TokenEndpointDown("the endpoint's answer is larger than any token answer")
     try:
-        body = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        body = json_text.parse(data)
+    except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
         body = None
     if not isinstance(body, dict):
         raise TokenEndpointDown(f"the endpoint answered {status} with a body that is not a JSON object")

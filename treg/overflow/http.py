@@ -7,12 +7,12 @@ a body, so no key reaches a log.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from treg import json_text
 from treg.errors import TregError
 
 if TYPE_CHECKING:
@@ -47,8 +47,8 @@ async def exchange(session: aiohttp.ClientSession, method: str, url: str, key: "
     if len(raw) > MAX_ANSWER_BYTES:
         return Exchange(status, NOT_JSON, "answer too large")
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        data = json_text.parse(raw)
+    except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
         return Exchange(status, NOT_JSON, "not JSON")
     return Exchange(status, data)
 

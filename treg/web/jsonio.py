@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from treg import json_text
 from treg.errors import BadRequest, BodyTooLarge
 from treg.keys import BODY_FIELDS
 
@@ -34,9 +35,8 @@ def json_response(obj: Any, *, status: int = 200, headers: dict[str, str] | None
     return web.Response(text=dumps(obj), status=status, content_type="application/json", headers=headers)
 
 
-#: JSON nested deeper than this is refused (api.md): no management body needs more, and Python's parser
-#: recurses, so a body nested 100,000 deep would otherwise end as a RecursionError and a 500
-MAX_JSON_DEPTH = 64
+#: JSON nested deeper than this is refused (api.md): no management body needs more
+MAX_JSON_DEPTH = json_text.DEPTH_MAX
 
 #: how a caller's body read fails when the caller hangs up mid-upload or breaks the framing
 _BODY_BROKEN = (ConnectionError, asyncio.IncompleteReadError, HttpProcessingError, ClientPayloadError)
@@ -101,10 +101,10 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
     if not raw.strip():
         raise BadRequest("send a JSON object as the request body", code="invalid_json")
     try:
-        data = json.loads(raw)
-    except RecursionError as exc:
+        data = json_text.parse(raw)
+    except json_text.TooDeep as exc:
         raise BadRequest(f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels", code="invalid_json") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")

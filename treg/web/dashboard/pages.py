@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp_jinja2
 from aiohttp import web
 
-from treg import (calls, deny_rules, member_limits, membership, money, org_data, org_settings, public_demo,
-                  secrets_store, tools, ui_sessions)
+from treg import (calls, deny_rules, json_text, member_limits, membership, money, org_data, org_settings,
+                  public_demo, secrets_store, tools, ui_sessions)
 from treg.catalog import tiers
 from treg.catalog.alternatives import alternatives
 from treg.errors import BadRequest, TregError
@@ -20,6 +20,7 @@ from treg.origin import own_origins, sent_from
 from treg.ui_sessions import COOKIE
 from treg.web.dashboard.base import (NAV, Page, cookie_kwargs, current_session, error_page, field_error, finish,
                                      form_int, page, read_form, see_other)
+from treg.web.jsonio import check_text
 
 routes = web.RouteTableDef()
 
@@ -274,9 +275,13 @@ async def secrets_create(p: Page) -> web.StreamResponse:
     try:
         if p.form.get("is_json"):
             try:
-                value = json.loads(value)
-            except ValueError as exc:
+                value = json_text.parse(value)
+            except ValueError as exc:  # not JSON, or nested too deeply (treg/json_text.py)
                 raise BadRequest("the value is marked JSON but is not a JSON object", code="invalid_value") from exc
+            try:
+                check_text(value)  # what the API refuses in a JSON body too: a NUL, a lone surrogate, 64 levels
+            except BadRequest as exc:
+                raise BadRequest(exc.detail, code="invalid_value") from exc
         body = {"name": p.form.get("name", ""), "value": value}
         if p.form.get("provider", "").strip():
             body["provider"] = p.form["provider"].strip()
