@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 
 #: ids per read of the operating system's random source
 BLOCK = 256
@@ -47,6 +48,19 @@ os.register_at_fork(after_in_child=_pool.reset)
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{_pool.take().hex()}"
+
+
+def new_call_id() -> str:
+    """A call's id: ``call_`` and 32 hex digits like any id, the first 12 of them its time in milliseconds
+    (then 80 random bits).
+
+    A speed trick, named (docs/performance.md, round 17): ``calls`` and ``holds`` are keyed by the call's id
+    and written on every call. With 128 random bits each new key landed on a random leaf of the primary
+    key's index, so every row dirtied a page of its own (after a checkpoint, a whole page in the WAL); keys
+    that grow with time are written at the index's right edge. The order is only a speed matter (a clock
+    set back costs nothing but that); uniqueness and unguessability are the 80 random bits'. The time it
+    tells is when its call began, which its caller and the audit row already know."""
+    return f"call_{time.time_ns() // 1_000_000:012x}{_pool.take()[:10].hex()}"
 
 
 #: what every id :func:`new_id` makes is written with (a prefix of the caller's, ``_`` and hex): a

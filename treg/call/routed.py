@@ -41,7 +41,7 @@ from treg.context import Services
 from treg.errors import GatewayFailed, TregError
 from treg.frozen import frozen_value
 from treg.identity import Identity
-from treg.ids import new_id
+from treg.ids import new_call_id
 from treg.org_data import load_org_credentials
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class DeferredCloses:
 def child_input(inp: CallInput, endpoint_id: str, closes: DeferredCloses) -> CallInput:
     """The routed call's request as a call of one child: the same method, query, body, caller and tag,
     resolved as ``/catalog/call/<child>``, its hold left to ``closes``."""
-    return replace(inp, call_id=new_id("call"), rest=endpoint_id, form="catalog", parent_call_id=inp.call_id,
+    return replace(inp, call_id=new_call_id(), rest=endpoint_id, form="catalog", parent_call_id=inp.call_id,
                    headers=(*((k, v) for k, v in inp.headers if k.lower() not in _NOT_FOR_CHILDREN), IDENTITY),
                    deferred=closes)
 

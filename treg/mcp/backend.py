@@ -20,7 +20,7 @@ from treg.context import Services
 from treg.errors import TregError
 from treg.hub import store as hub_store
 from treg.hub.model import HubTool
-from treg.ids import new_id
+from treg.ids import new_call_id
 from treg.mcp import results
 from treg.mcp.protocol import INVALID_PARAMS, RpcError
 from treg.org_data import load_org_credentials, org_tools, usable
@@ -116,7 +116,7 @@ class PipelineBackend:
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if name == CATALOG_SEARCH:
             return await self._search(arguments)
-        call_id = new_id("call")
+        call_id = new_call_id()
         if name == CATALOG_CALL:
             return await self._run(catalog_input(self.ctx, call_id, self.svc.catalog, arguments))
         tool = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from treg.call.types import CallInput
-from treg.ids import new_id
+from treg.ids import new_call_id
 
 
 def call_input(rest: str, *, surface: str = "call", method: str = "GET", raw_query: str = "",
@@ -17,6 +17,6 @@ def call_input(rest: str, *, surface: str = "call", method: str = "GET", raw_que
     """A call of ``rest`` (the raw path after ``/call/``, or an endpoint id on the ``catalog`` surface),
     with no body and no headers unless given and a fresh call id unless ``call_id``; ``extra``: CallInput's
     optional fields (``tag``, ``idempotency_key``, ``parent_call_id``, ``form``…)."""
-    return CallInput(call_id=call_id or new_id("call"), surface=surface, method=method, rest=rest,
+    return CallInput(call_id=call_id or new_call_id(), surface=surface, method=method, rest=rest,
                      raw_query=raw_query, headers=headers, token=token, org_hint=org_hint, body=body,
                      content_length=content_length, **extra)

@@ -16,7 +16,7 @@ from treg.call.drain import Sink, drain
 from treg.call.intake import decode_body as _decode_body, read_headers  # _decode_body: looked up here per load
 from treg.call.types import SURFACE_PREFIXES, CallInput, PendingBody
 from treg.errors import BadRequest, TregError
-from treg.ids import new_id
+from treg.ids import new_call_id
 from treg.infra.schema import BIGINT_MAX, METHOD_MAX
 from treg.keys import ERROR_HEADERS, SERVICES
 from treg.origin import note_listen
@@ -256,7 +256,7 @@ def intake(request: web.Request, surface: str, call_id: str) -> CallInput:
 
 async def handle(request: web.Request, surface: str) -> web.StreamResponse:
     svc = request.app[SERVICES]
-    call_id = new_id("call")
+    call_id = new_call_id()
     # render_failure adds these to any refusal, 401 included
     request[ERROR_HEADERS] = {"X-Treg-Call-Id": call_id}
     if transport := request.transport:  # the address URLs treg builds name, without TREG_PUBLIC_URL

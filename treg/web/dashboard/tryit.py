@@ -24,7 +24,7 @@ from treg import tools
 from treg.call import service
 from treg.call.types import CallInput
 from treg.errors import BadRequest, TregError
-from treg.ids import new_id
+from treg.ids import new_call_id
 from treg.mcp.backend import read_answer
 from treg.ui_sessions import COOKIE, SessionCookie
 from treg.web.dashboard.base import Page, page
@@ -78,7 +78,7 @@ def call_input(p: Page) -> CallInput:
         headers.append(("Content-Type", form.get("ctype", "").strip() or "application/octet-stream"))
         headers.append(("Content-Length", str(len(body))))
     credential = SessionCookie(p.request.cookies.get(COOKIE, ""), p.session.csrf)
-    return CallInput(new_id("call"), surface, method, rest, query, tuple(headers), credential,  # type: ignore[arg-type]
+    return CallInput(new_call_id(), surface, method, rest, query, tuple(headers), credential,  # type: ignore[arg-type]
                      None, body, len(body) if body is not None else None, user_agent=ua or None)
 
 
