@@ -1,4 +1,5 @@
-"""Identifiers: a readable prefix and 128 random bits (``org_3f…``).
+"""Identifiers: a readable prefix and 128 random bits (``org_3f…``); a call's, 48 bits of its time and 80
+random ones (:func:`new_call_id`).
 
 A speed trick, named: **random bytes drawn in blocks** (figures: docs/performance.md, round 6). Every
 call gets an id, and ``secrets.token_hex`` is one ``getrandom`` system call each time, the only system

@@ -137,7 +137,7 @@ class _Answer:
             self._json_done = True
             try:
                 self._json = json_text.parse(self.body_head)
-            except ValueError:  # not JSON, or nested too deeply (json_text)
+            except ValueError:  # not JSON, or nested too deeply (treg/json_text.py)
                 self._json = _MISSING
         return self._json
 
