@@ -21,9 +21,8 @@ from treg.mcp.results import Answer, answer_result
 from treg.oauth.token_client import TokenEndpointDown, _parse as token_answer
 from treg.overflow.http import NOT_JSON, exchange
 from treg.settings import SecretStr
-from treg.testing import (audit_row, check_books, count_hold_closes, example_provider, http_response, login,
-                          media_provider, raw_upstream, vendor_gateway)
-from treg.testing.vendors.tables import PLATFORM, PRICE, crm_provider, vendor_upstream
+from treg.testing import answering_acme, audit_row, check_books, hold_row, http_response, login, raw_upstream
+from treg.testing.vendors.tables import PRICE, crm_gateway
 
 DEEP = 50_000
 CREDITS = 1_000_000
@@ -37,28 +36,14 @@ def deep_array(n: int, inner: bytes = b"1") -> bytes:
 @pytest.fixture
 async def acme(aiohttp_client, make_app):
     """(gateway, upstream, answers): ``acme`` on treg's platform key; the upstream answers ``answers["reply"]``."""
-    answers: dict = {}
-    async with raw_upstream(lambda ex: answers["reply"]) as up, \
-            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1"), media_provider(up.url)],
-                           slug="z", credits=CREDITS,
-                           platform={"TREG_PLATFORM_KEY_ACME": "pk-acme", "TREG_PLATFORM_KEY_GEM": "pk-gem"}) as gw:
-        yield gw, up, answers
-
-
-@pytest.fixture
-def closes(monkeypatch):
-    return count_hold_closes(monkeypatch)
-
-
-async def _hold(gw, call_id):
-    async with gw.services.db.tx() as tx:
-        return await tx.fetch_one("SELECT state, settled_micro FROM holds WHERE id = %(i)s", {"i": call_id})
+    async with answering_acme(aiohttp_client, make_app, credits=CREDITS) as world:
+        yield world
 
 
 # -- an upstream's answer ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body", [b'{"usage":' + deep_array(DEEP) + b"}", b"{" + b'"a":{' * DEEP + b"}" * DEEP + b"}"])
-async def test_a_usage_priced_answer_nested_too_deeply_is_relayed_and_settles_at_the_estimate(acme, closes, body):
+async def test_a_usage_priced_answer_nested_too_deeply_is_relayed_and_settles_at_the_estimate(acme, hold_closes, body):
     gw, up, answers = acme
     answers["reply"] = http_response(200, b"this is not JSON", JSON_TYPE)
     plain = await gw.raw("POST", "/catalog/call/acme.chat", JSON_TYPE, b"{}")
@@ -70,33 +55,33 @@ async def test_a_usage_priced_answer_nested_too_deeply_is_relayed_and_settles_at
     # no usage evidence: the estimate, as for an answer that is not JSON at all (docs/money.md)
     assert r.header("X-Treg-Cost-Micro") == plain.header("X-Treg-Cost-Micro") == "9000"
     call_id = r.header("X-Treg-Call-Id")
-    assert dict(await _hold(gw, call_id)) == {"state": "settled", "settled_micro": 9000}
-    assert closes.count(("settle", call_id)) == 1
+    assert await hold_row(gw.services, call_id) == {"state": "settled", "settled_micro": 9000}
+    assert hold_closes.count(("settle", call_id)) == 1
     row = await audit_row(gw, call_id)
     assert row["outcome"] == "ok" and row["status"] == 200 and row["cost_micro"] == 9000
     assert (await money.balance(gw.services, gw.org["org_id"])).balance_micro == CREDITS - 2 * 9000
     await check_books(gw.services, gw.org["org_id"])
 
 
-async def test_a_flat_priced_answer_nested_too_deeply_is_relayed_and_charged_its_price(acme, closes):
+async def test_a_flat_priced_answer_nested_too_deeply_is_relayed_and_charged_its_price(acme, hold_closes):
     gw, up, answers = acme
     answers["reply"] = http_response(200, deep_array(DEEP), JSON_TYPE)
     r = await gw.raw("GET", "/catalog/call/acme.items.get?item_id=7", [], b"")
     assert r.status == 200 and r.body == deep_array(DEEP)
     assert r.header("X-Treg-Cost-Micro") == "2000"
-    assert closes == [("settle", r.header("X-Treg-Call-Id"))]
+    assert hold_closes == [("settle", r.header("X-Treg-Call-Id"))]
     await check_books(gw.services, gw.org["org_id"])
 
 
 @pytest.mark.parametrize("status", [429, 503])
-async def test_a_failed_answer_nested_too_deeply_is_relayed_and_charged_nothing(acme, closes, status):
+async def test_a_failed_answer_nested_too_deeply_is_relayed_and_charged_nothing(acme, hold_closes, status):
     gw, up, answers = acme
     body = b'{"error":' + deep_array(2_000) + b"}"  # whole within the classifier's head
     answers["reply"] = http_response(status, body, JSON_TYPE)
     r = await gw.raw("GET", "/catalog/call/acme.items.get?item_id=7", [], b"")
     assert r.status == status and r.body == body
     assert r.header("X-Treg-Cost-Micro") == "0"
-    assert closes == [("release", r.header("X-Treg-Call-Id"))]
+    assert hold_closes == [("release", r.header("X-Treg-Call-Id"))]
     await check_books(gw.services, gw.org["org_id"])
 
 
@@ -109,16 +94,13 @@ def test_the_capacity_classifier_reads_no_json_from_a_head_nested_too_deeply():
 
 @pytest.fixture
 async def crm(aiohttp_client, make_app):
-    vendor, up = vendor_upstream()
-    async with up:
-        async with vendor_gateway(aiohttp_client, make_app, [crm_provider(up.url + "/v1")], platform=PLATFORM,
-                                  anonymous_providers=("crm",), credits=100_000) as gw:
-            vendor.broken_status = 200
-            yield gw, vendor
+    async with crm_gateway(aiohttp_client, make_app) as (gw, vendor, _):
+        vendor.broken_status = 200
+        yield gw, vendor
 
 
 @pytest.mark.parametrize("depth", [600, 900])
-async def test_a_table_cell_nested_deeply_is_written_as_its_json_and_charged(crm, closes, depth):
+async def test_a_table_cell_nested_deeply_is_written_as_its_json_and_charged(crm, hold_closes, depth):
     gw, vendor = crm
     cell = deep_array(depth)
     vendor.broken_body = b'{"data":{"items":[{"id":1,"deep":' + cell + b"}]}}"
@@ -130,11 +112,11 @@ async def test_a_table_cell_nested_deeply_is_written_as_its_json_and_charged(crm
     r = await gw.call("GET", "/table/crm.broken?format=csv")
     text = (await r.read()).decode()
     assert r.status == 200 and text == f"id,deep\r\n1,{cell.decode()}\r\n"
-    assert [k for k, _ in closes] == ["settle", "settle"]
+    assert [k for k, _ in hold_closes] == ["settle", "settle"]
     await check_books(gw.services, gw.org["org_id"])
 
 
-async def test_a_table_answer_nested_too_deeply_to_parse_is_no_table_and_charged_nothing(crm, closes):
+async def test_a_table_answer_nested_too_deeply_to_parse_is_no_table_and_charged_nothing(crm, hold_closes):
     gw, vendor = crm
     vendor.broken_body = b'{"data":{"items":[{"id":1,"deep":' + deep_array(DEEP) + b"}]}}"
     r = await gw.call("GET", "/table/crm.broken")
@@ -142,7 +124,7 @@ async def test_a_table_answer_nested_too_deeply_to_parse_is_no_table_and_charged
     assert r.status == 502 and body["error"] == "table_upstream_error", body
     assert r.headers["X-Treg-Cost-Micro"] == "0"
     call_id = r.headers["X-Treg-Call-Id"]
-    assert closes == [("release", call_id)]
+    assert hold_closes == [("release", call_id)]
     assert (await audit_row(gw, call_id))["hold_state"] == "released"
     await check_books(gw.services, gw.org["org_id"])
 
@@ -152,13 +134,13 @@ async def test_a_table_answer_nested_too_deeply_to_parse_is_no_table_and_charged
 @pytest.mark.parametrize("body", [b'{"name": "x", "tags": ' + deep_array(DEEP, b'"a"') + b"}",
                                   b'{"name": "x", "tags": [' + deep_array(900, b'"a"') + b"]}",
                                   b'{"name": ' + deep_array(DEEP, b'"x"') + b"}"])
-async def test_a_catalog_body_nested_deeply_is_refused_before_any_hold(acme, closes, body):
+async def test_a_catalog_body_nested_deeply_is_refused_before_any_hold(acme, hold_closes, body):
     gw, up, answers = acme
     answers["reply"] = http_response(200, b'{"id": 1}', JSON_TYPE)
     r = await gw.raw("POST", "/catalog/call/acme.items.create", JSON_TYPE, body)
     assert r.status == 400, r.body[:300]
     assert r.json()["error"] == "invalid_parameters"
-    assert up.exchanges == [] and closes == []
+    assert up.exchanges == [] and hold_closes == []
     await check_books(gw.services, gw.org["org_id"])
 
 

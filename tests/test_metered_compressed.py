@@ -9,8 +9,7 @@ import pytest
 
 from treg import money
 from treg.call import encodings, metered
-from treg.testing import (count_hold_closes, example_provider, http_response, media_provider, raw_upstream,
-                          vendor_gateway)
+from treg.testing import answering_acme, hold_row, http_response
 
 CREDITS = 1_000_000
 TOKENS = 1234
@@ -32,35 +31,20 @@ def _compress(coding, data):
 @pytest.fixture
 async def vendor(aiohttp_client, make_app):
     """(gateway, upstream, answers): the upstream answers whatever ``answers["reply"]`` holds."""
-    answers = {}
-    async with raw_upstream(lambda ex: answers["reply"]) as up, \
-            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1"), media_provider(up.url)],
-                           slug="z", credits=CREDITS,
-                           platform={"TREG_PLATFORM_KEY_ACME": "pk-acme", "TREG_PLATFORM_KEY_GEM": "pk-gem"}) as gw:
-        yield gw, up, answers
+    async with answering_acme(aiohttp_client, make_app, credits=CREDITS) as world:
+        yield world
 
 
-@pytest.fixture
-def closes(monkeypatch):
-    """Every effective close of a hold (settle or release that changed the hold), by call id."""
-    return count_hold_closes(monkeypatch)
-
-
-async def _hold(gw, call_id):
-    async with gw.services.db.tx() as tx:
-        return await tx.fetch_one("SELECT state, settled_micro FROM holds WHERE id = %(i)s", {"i": call_id})
-
-
-async def _assert_settled(gw, call_id, price, closes):
-    hold = await _hold(gw, call_id)
+async def _assert_settled(gw, call_id, price, hold_closes):
+    hold = await hold_row(gw.services, call_id)
     assert hold["state"] == "settled" and hold["settled_micro"] == price
-    assert closes == [("settle", call_id)]  # closed exactly once
+    assert hold_closes == [("settle", call_id)]  # closed exactly once
     bal = await money.balance(gw.services, gw.org["org_id"])
     assert bal.balance_micro == CREDITS - price and bal.held_micro == 0
 
 
 @pytest.mark.parametrize("coding", ["gzip", "deflate", "deflate-raw"])
-async def test_compressed_usage_answer_settles_from_usage_and_relays_the_compressed_bytes(vendor, closes, coding):
+async def test_compressed_usage_answer_settles_from_usage_and_relays_the_compressed_bytes(vendor, hold_closes, coding):
     gw, up, answers = vendor
     plain = json.dumps({"choices": [{"text": "hi"}], "usage": {"total_tokens": TOKENS}}).encode()
     packed = _compress(coding, plain)
@@ -74,10 +58,10 @@ async def test_compressed_usage_answer_settles_from_usage_and_relays_the_compres
     assert r.body == packed and r.header("Content-Encoding") == wire_coding  # exactly what the upstream sent
     assert r.header("Content-Length") == str(len(packed))
     assert r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
-    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, hold_closes)
 
 
-async def test_a_caller_without_accept_encoding_sends_none_and_a_compressed_answer_still_settles(vendor, closes):
+async def test_a_caller_without_accept_encoding_sends_none_and_a_compressed_answer_still_settles(vendor, hold_closes):
     """treg adds no Accept-Encoding (none said "any coding" to the upstream, as it would directly); an
     upstream that compresses anyway is relayed as it came and settles from the decoded usage."""
     gw, up, answers = vendor
@@ -88,10 +72,10 @@ async def test_a_caller_without_accept_encoding_sends_none_and_a_compressed_answ
     assert up.last.header_all("Accept-Encoding") == [] and b"ccept-encoding" not in up.last.raw.lower()
     assert r.body == packed and r.header("Content-Encoding") == "gzip"
     assert r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
-    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, hold_closes)
 
 
-async def test_a_metered_answer_keeps_a_latin1_header_byte(vendor, closes):
+async def test_a_metered_answer_keeps_a_latin1_header_byte(vendor, hold_closes):
     """The metered path builds its own outcome: an upstream header that is not UTF-8 still reaches the
     caller as its bytes (caf\\xe9, not caf\\xc3\\xa9)."""
     gw, up, answers = vendor
@@ -101,10 +85,10 @@ async def test_a_metered_answer_keeps_a_latin1_header_byte(vendor, closes):
     r = await gw.raw("POST", "/catalog/call/acme.chat", [("Content-Type", "application/json")], b"{}")
     assert r.status == 200 and r.body == plain
     assert b"\r\nX-Foo: caf\xe9\r\n" in r.head and r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
-    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, hold_closes)
 
 
-async def test_compressed_spooled_answer_settles_from_usage(vendor, closes):
+async def test_compressed_spooled_answer_settles_from_usage(vendor, hold_closes):
     gw, up, answers = vendor
     image = "A" * (3 * 1024 * 1024)
     plain = json.dumps({"candidates": [{"content": {"parts": [{"inlineData": {"data": image}}]},
@@ -116,10 +100,10 @@ async def test_compressed_spooled_answer_settles_from_usage(vendor, closes):
     r = await gw.raw("POST", "/catalog/call/gem.generate", [("Accept-Encoding", "gzip")], b"{}")
     assert r.status == 200 and r.body == packed and r.header("Content-Encoding") == "gzip"
     assert r.header("X-Treg-Cost-Micro") == str(GEM_PRICE)
-    await _assert_settled(gw, r.header("X-Treg-Call-Id"), GEM_PRICE, closes)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), GEM_PRICE, hold_closes)
 
 
-async def test_decompression_bomb_settles_at_the_estimate_and_relays_unchanged(vendor, closes, monkeypatch):
+async def test_decompression_bomb_settles_at_the_estimate_and_relays_unchanged(vendor, hold_closes, monkeypatch):
     gw, up, answers = vendor
     monkeypatch.setattr(metered, "EVIDENCE_DECODED_MAX", 1024 * 1024)
     # 32 MiB of JSON whitespace before the usage: ~32 KiB compressed, far over the decode cap
@@ -129,7 +113,7 @@ async def test_decompression_bomb_settles_at_the_estimate_and_relays_unchanged(v
     r = await gw.raw("POST", "/catalog/call/acme.chat", [("Accept-Encoding", "gzip")], b"{}")
     assert r.status == 200 and r.body == packed
     assert r.header("X-Treg-Cost-Micro") == "9000"  # no readable usage: the reserve, never more
-    await _assert_settled(gw, r.header("X-Treg-Call-Id"), 9000, closes)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), 9000, hold_closes)
 
 
 def test_decoders_are_bounded_and_refuse_what_they_cannot_read():
@@ -145,7 +129,7 @@ def test_decoders_are_bounded_and_refuse_what_they_cannot_read():
 
 
 @pytest.mark.parametrize("coding", ["br", "zstd"])
-async def test_optional_codings_settle_from_usage_when_their_library_is_installed(vendor, closes, coding):
+async def test_optional_codings_settle_from_usage_when_their_library_is_installed(vendor, hold_closes, coding):
     if coding == "br":
         lib = pytest.importorskip("brotli")
         pack = lib.compress
@@ -158,6 +142,6 @@ async def test_optional_codings_settle_from_usage_when_their_library_is_installe
     answers["reply"] = http_response(200, packed, [("Content-Encoding", coding)])
     r = await gw.raw("POST", "/catalog/call/acme.chat", [("Accept-Encoding", coding)], b"{}")
     assert r.status == 200 and r.body == packed and r.header("X-Treg-Cost-Micro") == str(CHAT_PRICE)
-    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, closes)
+    await _assert_settled(gw, r.header("X-Treg-Call-Id"), CHAT_PRICE, hold_closes)
     bomb = pack(b"\0" * (64 * 1024 * 1024))
     assert encodings.decode(bomb, [coding], 1024 * 1024) is None  # bounded by the decoded size

@@ -15,8 +15,8 @@ import pytest
 
 from treg import money
 from treg.catalog.table import TRIGGERS
-from treg.testing import audit_row, check_books, post_login, vendor_gateway
-from treg.testing.vendors.tables import HOSTILE, PLATFORM, PLATFORM_KEY, PRICE, crm_provider, vendor_upstream
+from treg.testing import audit_row, check_books, post_login
+from treg.testing.vendors.tables import HOSTILE, PLATFORM_KEY, PRICE, crm_gateway
 
 CSV_TRIGGERS = tuple(TRIGGERS)
 
@@ -24,11 +24,8 @@ CSV_TRIGGERS = tuple(TRIGGERS)
 @pytest.fixture
 async def crm(aiohttp_client, make_app):
     """(gateway, vendor, upstream): ``crm`` on treg's platform key, its ``status`` keyless too."""
-    vendor, up = vendor_upstream()
-    async with up:
-        async with vendor_gateway(aiohttp_client, make_app, [crm_provider(up.url + "/v1")], platform=PLATFORM,
-                                  anonymous_providers=("crm",), credits=100_000) as gw:
-            yield gw, vendor, up
+    async with crm_gateway(aiohttp_client, make_app) as world:
+        yield world
 
 
 def parsed_csv(text: str) -> list[list[str]]:
@@ -138,9 +135,7 @@ async def test_columns_default_to_the_union_of_top_level_keys_in_first_seen_orde
 
 
 async def test_row_limit_truncates_and_says_so(aiohttp_client, make_app):
-    vendor, up = vendor_upstream()
-    async with up, vendor_gateway(aiohttp_client, make_app, [crm_provider(up.url + "/v1")], platform=PLATFORM,
-                                  table_max_rows=5) as gw:
+    async with crm_gateway(aiohttp_client, make_app, table_max_rows=5) as (gw, _, _):
         r = await gw.call("GET", "/table/crm.bulk?n=8")
         body = await r.json()
         assert [row[0] for row in body["rows"]] == [0, 1, 2, 3, 4] and body["truncated"] is True

@@ -38,7 +38,7 @@ a throwaway certificate, a path prefix, the location block docs/operations.md gi
 code treg's source can produce, read from the source) and ``import_each`` (a script, run by its path).
 """
 
-from treg.testing.books import check_books, count_hold_closes, org_holds
+from treg.testing.books import check_books, count_hold_closes, hold_row, org_holds
 from treg.testing.calls import call_input
 from treg.testing.catalogs import build_catalog_of, catalog_problems, contract_provider, endpoint_row
 from treg.testing.client import HeaderLookup, RawReply, raw_exchange, raw_request_bytes, read_reply
@@ -50,7 +50,8 @@ from treg.testing.databases import (TemplateClones, base_dsn, checkout_root, cla
                                     run_sql, server_dir, template_db, test_home)
 from treg.testing.dns import FakeDns
 from treg.testing.events import Events
-from treg.testing.gateway import Gateway, add_member, audit_row, open_org, vendor_gateway
+from treg.testing.gateway import (ACME_PLATFORM, Gateway, add_member, answering_acme, audit_row, open_org,
+                                  vendor_gateway)
 from treg.testing.import_graph import import_circles
 from treg.testing.mcp_client import LEGACY, META, MODERN, Mcp, legacy_headers, modern_headers, modern_message
 from treg.testing.migrations import (assert_schema_matches, assert_up_down_up, column_names, table_names,
@@ -66,13 +67,15 @@ from treg.testing.upstreams import (ALLOW_ONE, BoundUpstream, Exchange, RawUpstr
                                     raw_upstream, upstream_pair)
 
 __all__ = [
-    "ALLOW_ONE", "EXAMPLE_PLUGIN", "Api", "BoundUpstream", "CSRF", "FORM_TOKEN", "Clock", "Closes", "Events", "Exchange", "FakeDns",
+    "ACME_PLATFORM", "ALLOW_ONE", "EXAMPLE_PLUGIN", "Api", "BoundUpstream", "CSRF", "FORM_TOKEN", "Clock", "Closes",
+    "Events", "Exchange", "FakeDns",
     "Gateway", "HeaderLookup", "LEGACY", "META", "MODERN", "Mcp", "PROPAGATION_S", "ProviderPlugin",
-    "RawReply", "RawUpstream", "Responder", "SelfSigned", "Served", "T0", "TemplateClones", "add_member", "assert_clean_exits",
+    "RawReply", "RawUpstream", "Responder", "SelfSigned", "Served", "T0", "TemplateClones", "add_member", "answering_acme",
+    "assert_clean_exits",
     "assert_schema_matches", "assert_up_down_up", "audit_row", "base_dsn", "build_catalog_of", "call_input",
     "catalog_problems", "check_books", "checkout_root", "claim_ram_folder", "column_names", "contract_provider",
     "count_hold_closes", "credited_org", "drop_template", "dsn_for", "empty_database", "endpoint_row", "example_provider", "example_provider_env",
-    "free_port", "fresh_database", "hold_close_fault", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
+    "free_port", "fresh_database", "hold_close_fault", "hold_row", "http", "http_response", "import_circles", "legacy_headers", "login", "login_form", "make_settings",
     "media_provider", "modern_headers", "modern_message", "open_org", "open_services", "own_origin", "post_login", "org_holds",
     "prepare_template", "raw_exchange", "raw_request_bytes", "raw_upstream", "read_reply", "record_closes",
     "run_cli", "run_sql", "run_treg", "self_signed", "serve_pair", "served_pair", "server_dir", "session_cookie",

@@ -73,6 +73,15 @@ def count_hold_closes(monkeypatch: Any) -> list[tuple[str, str]]:
     return seen
 
 
+async def hold_row(svc: Any, call_id: str) -> dict[str, Any] | None:
+    """The call's hold (its state and settled amount), None when it has none (this process's queued
+    closes written first)."""
+    await svc.settler.drain()
+    async with svc.db.tx() as tx:
+        row = await tx.fetch_one(select(holds.c.state, holds.c.settled_micro).where(holds.c.id == call_id))
+    return dict(row) if row is not None else None
+
+
 async def org_holds(svc: Any, org_id: str) -> list[dict[str, Any]]:
     """The org's holds (id, state, amount, settled), oldest first (this process's queued closes written
     first)."""

@@ -12,7 +12,8 @@ from treg import membership, money
 from treg.keys import SERVICES
 from treg.settings import SecretStr
 from treg.testing.client import RawReply, raw_exchange, raw_request_bytes
-from treg.testing.providers import ProviderPlugin
+from treg.testing.providers import ProviderPlugin, example_provider, media_provider
+from treg.testing.upstreams import raw_upstream
 
 
 class Gateway:
@@ -122,6 +123,22 @@ async def vendor_gateway(aiohttp_client: Any, make_app: Any, providers: list[dic
         yield await open_org(client, slug, email or f"{slug}@{slug}.test", credits=credits, actor="t")
     finally:
         await client.close()
+
+
+#: treg's own keys for ``acme`` and ``gem`` (``example_provider``, ``media_provider``)
+ACME_PLATFORM = {"TREG_PLATFORM_KEY_ACME": "pk-acme", "TREG_PLATFORM_KEY_GEM": "pk-gem"}
+
+
+@contextlib.asynccontextmanager
+async def answering_acme(aiohttp_client: Any, make_app: Any, *, credits: int = 1_000_000,
+                         slug: str = "z") -> AsyncIterator[tuple[Gateway, Any, dict[str, bytes]]]:
+    """(gateway, upstream, answers): ``acme`` (at ``/v1``) and ``gem`` on treg's platform keys, both served by
+    one raw upstream that answers whatever ``answers["reply"]`` holds (``http_response(...)``)."""
+    answers: dict[str, bytes] = {}
+    async with raw_upstream(lambda ex: answers["reply"]) as up, \
+            vendor_gateway(aiohttp_client, make_app, [example_provider(up.url + "/v1"), media_provider(up.url)],
+                           slug=slug, credits=credits, platform=ACME_PLATFORM) as gw:
+        yield gw, up, answers
 
 
 async def add_member(client: Any, headers: dict[str, str], email: str, role: str = "member",

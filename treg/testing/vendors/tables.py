@@ -8,9 +8,11 @@ a spreadsheet honours, CSV's own quote, comma and line breaks, numbers as a vend
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any
+from typing import Any, AsyncIterator
 
+from treg.testing.gateway import Gateway, vendor_gateway
 from treg.testing.upstreams import Exchange, RawUpstream, http_response
 
 PLATFORM_KEY = "pk-crm-0123456789abcdef"
@@ -97,6 +99,18 @@ def vendor_upstream() -> tuple[Vendor, RawUpstream]:
     """A ``Vendor`` and the (not yet started) upstream it answers on: ``async with up:``."""
     vendor = Vendor()
     return vendor, RawUpstream(vendor)
+
+
+@contextlib.asynccontextmanager
+async def crm_gateway(aiohttp_client: Any, make_app: Any, *, credits: int = 100_000,
+                      **settings: Any) -> AsyncIterator[tuple[Gateway, Vendor, RawUpstream]]:
+    """(gateway, vendor, upstream): ``crm`` on treg's platform key, its ``status`` keyless too; ``settings``:
+    the app's (``table_max_rows=5``)."""
+    vendor, up = vendor_upstream()
+    async with up:
+        async with vendor_gateway(aiohttp_client, make_app, [crm_provider(up.url + "/v1")], platform=PLATFORM,
+                                  anonymous_providers=("crm",), credits=credits, **settings) as gw:
+            yield gw, vendor, up
 
 
 #: the plugin file a ``treg serve`` subprocess loads from TREG_PLUGINS_DIR: ``crm`` at ``URL``
