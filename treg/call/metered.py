@@ -185,7 +185,7 @@ async def spool_evidence(spooled: Spooled, paths: Iterable[str], applied: Sequen
                 doc = json_text.parse(decoded)
             else:
                 doc = json_text.parse_file(spooled.file)
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:  # not JSON, not text, or nested too deeply (treg/json_text.py): no evidence
             return None
         return _keep_paths(doc, paths)
 
